@@ -1,0 +1,36 @@
+"""luminal: a deep-learning compiler. Build a lazy graph, compile it, execute it."""
+
+from luminal.dtype import DType, bfloat16, float16, float32, int32
+from luminal.dtype import bool_ as bool  # noqa: A001 - lm.bool mirrors torch.bool
+from luminal.errors import (
+    CompileError,
+    DTypeError,
+    ExecutionError,
+    GraphError,
+    LuminalError,
+    ShapeError,
+)
+from luminal.graph import Graph
+from luminal.hl.combine import concat, stack
+from luminal.tensor import GraphTensor
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CompileError",
+    "DType",
+    "DTypeError",
+    "ExecutionError",
+    "Graph",
+    "GraphError",
+    "GraphTensor",
+    "LuminalError",
+    "ShapeError",
+    "bfloat16",
+    "bool",
+    "concat",
+    "float16",
+    "float32",
+    "int32",
+    "stack",
+]

@@ -1,0 +1,25 @@
+"""The exception family: every error luminal raises on bad input derives from LuminalError."""
+
+
+class LuminalError(Exception):
+    """Base class of every error luminal raises for bad input or an impossible request."""
+
+
+class ShapeError(LuminalError, ValueError):
+    """Shapes do not fit the op (broadcasting, reshape, axis out of range, data shape)."""
+
+
+class DTypeError(LuminalError, TypeError):
+    """A dtype is not accepted by the op, or data of the wrong dtype was given."""
+
+
+class GraphError(LuminalError):
+    """A graph is used wrongly: a missing input, a removed node, tensors of two graphs."""
+
+
+class CompileError(LuminalError):
+    """A compiler could not compile the graph."""
+
+
+class ExecutionError(LuminalError):
+    """A graph could not be executed (an input without data, a failing Function op)."""

@@ -1,0 +1,223 @@
+"""The lazy graph: nodes of primitive ops joined by edges that carry views.
+
+A node's output is always a contiguous row-major buffer of its `shape`; each input
+edge says which node it reads and through which `ShapeTracker`. User-facing
+GraphTensors hold a node id plus a view, and survive compiler rewrites through
+`Graph.forward` (a node id replaced by another).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from luminal import ops
+from luminal.dtype import DType, as_dtype, float32
+from luminal.errors import GraphError, ShapeError
+from luminal.shape.expr import Expr, ExprLike, sym
+from luminal.shape.tracker import ShapeTracker
+
+if TYPE_CHECKING:
+    from luminal.tensor import GraphTensor
+
+
+@dataclass(frozen=True)
+class Edge:
+    """An input of a node: the source node, its output index, and the view read."""
+
+    source: int
+    output: int
+    view: ShapeTracker
+
+
+@dataclass(frozen=True)
+class Node:
+    id: int
+    op: ops.Op
+    inputs: tuple[Edge, ...]
+    shape: tuple[Expr, ...]
+    dtype: DType
+
+
+class Graph:
+    """A lazily built computation. See the README for the public API."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[int, Node] = {}
+        self._ids = itertools.count()
+        self.input_data: dict[int, np.ndarray] = {}
+        self.buffers: dict[int, np.ndarray] = {}
+        self.retrieved: set[int] = set()
+        self.kept: set[int] = set()
+        self.dims: dict[str, int] = {}
+        self.forward: dict[int, int | None] = {}
+        self.compiled: Any = None
+
+    # ---------------------------------------------------------------- building
+    def add_node(
+        self,
+        op: ops.Op,
+        inputs: Sequence[GraphTensor] = (),
+        shape: Sequence[ExprLike] | None = None,
+        dtype: DType | None = None,
+    ) -> GraphTensor:
+        """Add a primitive consuming `inputs` (through their views). Checks types first,
+        so a rejected op leaves the graph untouched."""
+        from luminal.tensor import GraphTensor
+
+        for tensor in inputs:
+            if tensor.graph is not self:
+                raise GraphError(f"{op.name}: an input belongs to another Graph")
+        shapes = [t.view.shape for t in inputs]
+        dtypes = [t.dtype for t in inputs]
+        ops.check_inputs(op, shapes, dtypes)
+        implied_shape = ops.output_shape(op, shapes)
+        out_shape = tuple(sym(d) for d in shape) if shape is not None else implied_shape
+        if out_shape is None:
+            raise GraphError(f"{op.name} needs an explicit output shape")
+        out_dtype = dtype if dtype is not None else ops.output_dtype(op, dtypes)
+        if out_dtype is None:
+            out_dtype = float32
+        node_id = next(self._ids)
+        edges = tuple(Edge(t.node_id, 0, t.view) for t in inputs)
+        self.nodes[node_id] = Node(node_id, op, edges, out_shape, out_dtype)
+        return GraphTensor(self, node_id, ShapeTracker.contiguous(out_shape), out_dtype)
+
+    @contextlib.contextmanager
+    def atomic(self) -> Iterator[None]:
+        """Undo every node added inside the block if it raises, so an error never leaves
+        a half-built op behind."""
+        before = set(self.nodes)
+        try:
+            yield
+        except BaseException:
+            for node_id in set(self.nodes) - before:
+                del self.nodes[node_id]
+                self.kept.discard(node_id)
+                self.retrieved.discard(node_id)
+            raise
+
+    def tensor(
+        self, shape: Sequence[ExprLike] | ExprLike, dtype: Any = float32, name: str | None = None
+    ) -> GraphTensor:
+        """A new input. Dims are ints or names of symbolic dimensions (e.g. "batch")."""
+        if isinstance(shape, int | str | Expr):
+            shape = (shape,)
+        dims = tuple(sym(d) for d in shape)
+        for d in dims:
+            value = d.as_int()
+            if value is not None and value < 0:
+                raise ShapeError(f"tensor: dimension {value} in shape {tuple(shape)} is negative")
+        label = name or f"input{len(self.nodes)}"
+        return self.add_node(ops.Input(label), (), dims, as_dtype(dtype))
+
+    def constant(self, value: float | int | ExprLike, dtype: Any = None) -> GraphTensor:
+        """A scalar constant; a symbolic expression is evaluated at execute time."""
+        if isinstance(value, str):
+            value = sym(value)
+        if dtype is None:
+            dtype = float32
+        return self.add_node(ops.Constant(value), (), (), as_dtype(dtype))
+
+    def iota(self, expr: ExprLike, shape: Sequence[ExprLike], dtype: Any = "int32") -> GraphTensor:
+        """A tensor whose element at flat index z is `expr` evaluated at z (variable "z")."""
+        return self.add_node(ops.Iota(sym(expr)), (), shape, as_dtype(dtype))
+
+    def arange(self, n: ExprLike, dtype: Any = "int32") -> GraphTensor:
+        """0, 1, ..., n-1."""
+        return self.iota("z", (n,), dtype)
+
+    def set_dim(self, name: str, size: int) -> None:
+        """Give the symbolic dimension `name` a size for the next execute()."""
+        if int(size) < 0:
+            raise ShapeError(f"set_dim: size of {name!r} must be non-negative, got {size}")
+        self.dims[name] = int(size)
+
+    # ---------------------------------------------------------------- queries
+    @property
+    def num_nodes(self) -> int:
+        return len(self.nodes)
+
+    def resolve(self, node_id: int) -> int | None:
+        """Follow compiler forwarding; None when the node was removed."""
+        seen = 0
+        while node_id not in self.nodes:
+            if node_id not in self.forward or self.forward[node_id] is None:
+                return None
+            node_id = self.forward[node_id]  # type: ignore[assignment]
+            seen += 1
+            if seen > len(self.forward):
+                return None
+        return node_id
+
+    def consumers(self) -> dict[int, list[int]]:
+        out: dict[int, list[int]] = {node_id: [] for node_id in self.nodes}
+        for node in self.nodes.values():
+            for edge in node.inputs:
+                out[edge.source].append(node.id)
+        return out
+
+    def topological_order(self, roots: Sequence[int] | None = None) -> list[int]:
+        """Nodes needed by `roots` (default: all), producers before consumers."""
+        order: list[int] = []
+        state: dict[int, int] = {}
+        start = list(roots) if roots is not None else sorted(self.nodes)
+        for root in start:
+            stack: list[tuple[int, bool]] = [(root, False)]
+            while stack:
+                node_id, expanded = stack.pop()
+                if expanded:
+                    if state.get(node_id) != 2:
+                        state[node_id] = 2
+                        order.append(node_id)
+                    continue
+                if state.get(node_id):
+                    continue
+                state[node_id] = 1
+                stack.append((node_id, True))
+                for edge in reversed(self.nodes[node_id].inputs):
+                    if not state.get(edge.source):
+                        stack.append((edge.source, False))
+        return order
+
+    # ---------------------------------------------------------------- running
+    def compile(self, compiler: Any) -> Any:
+        """Run a compiler (or a tuple of compilers, in order) on this graph."""
+        if isinstance(compiler, tuple | list):
+            return tuple(self.compile(c) for c in compiler)
+        if not hasattr(compiler, "compile"):
+            raise GraphError(f"{compiler!r} is not a compiler (it has no compile(graph) method)")
+        return compiler.compile(self)
+
+    def execute(self) -> None:
+        """Run the graph: the compiled executable if any, else the reference runtime."""
+        if self.compiled is not None:
+            self.compiled.execute(self)
+            return
+        from luminal.reference.executor import execute
+
+        execute(self)
+
+    def execute_debug(self) -> None:
+        """Run with the reference runtime, printing each op, its shapes and its time."""
+        from luminal.reference.executor import execute
+
+        execute(self, debug=True)
+
+    def to_dot(self) -> str:
+        from luminal.debug import graph_to_dot
+
+        return graph_to_dot(self)
+
+    def display(self, path: str = "luminal_graph") -> str:
+        from luminal.debug import display_graph
+
+        return display_graph(self, path)
+
+    def __repr__(self) -> str:
+        return f"Graph({self.num_nodes} nodes)"

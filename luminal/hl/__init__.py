@@ -1,0 +1,1 @@
+"""High-level ops, as mixins of GraphTensor, built only from primitives."""

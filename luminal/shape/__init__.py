@@ -1,0 +1,6 @@
+"""Symbolic dimensions and views."""
+
+from luminal.shape.expr import Expr, ceildiv, const, sym, var
+from luminal.shape.tracker import ConcreteView, ShapeTracker
+
+__all__ = ["ConcreteView", "Expr", "ShapeTracker", "ceildiv", "const", "sym", "var"]

@@ -1,0 +1,180 @@
+"""GraphTensor: a handle on a node's output seen through a view.
+
+High-level ops live in the mixins of `luminal.hl`, which build everything from the
+primitives of `luminal.ops`; this module only holds data access and the plumbing
+those mixins share.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from luminal import ops
+from luminal.dtype import DType, as_dtype
+from luminal.errors import DTypeError, ExecutionError, GraphError, ShapeError
+from luminal.hl.binary import BinaryOps
+from luminal.hl.matmul import MatmulOps
+from luminal.hl.movement import MovementOps
+from luminal.hl.other import OtherOps
+from luminal.hl.reduction import ReductionOps
+from luminal.hl.unary import UnaryOps
+from luminal.shape.expr import Expr
+from luminal.shape.tracker import ShapeTracker
+
+if TYPE_CHECKING:
+    from luminal.graph import Graph
+
+
+def _format_shape(shape: tuple[Expr, ...]) -> str:
+    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+class GraphTensor(UnaryOps, BinaryOps, MovementOps, ReductionOps, MatmulOps, OtherOps):
+    """A lazy tensor. Nothing runs until `Graph.execute()`."""
+
+    __array_priority__ = 1000  # numpy scalars on the left defer to our operators
+
+    def __init__(self, graph: Graph, node_id: int, view: ShapeTracker, dtype: DType) -> None:
+        self.graph = graph
+        self._node_id = node_id
+        self.view = view
+        self.dtype = dtype
+
+    # ---------------------------------------------------------------- identity
+    @property
+    def node_id(self) -> int:
+        """The node this tensor reads, following compiler rewrites."""
+        resolved = self.graph.resolve(self._node_id)
+        if resolved is None:
+            raise GraphError(
+                f"tensor of shape {_format_shape(self.view.shape)} refers to node "
+                f"{self._node_id}, which a compiler removed; retrieve() or keep() it "
+                "before compiling to keep it alive"
+            )
+        return resolved
+
+    @property
+    def node(self) -> Any:
+        return self.graph.nodes[self.node_id]
+
+    @property
+    def shape(self) -> tuple[int | Expr, ...]:
+        """Dims as ints where known, symbolic expressions otherwise."""
+        return tuple(d.as_int() if d.is_const else d for d in self.view.shape)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.view.shape)
+
+    def _with_view(self, view: ShapeTracker) -> GraphTensor:
+        return GraphTensor(self.graph, self.node_id, view, self.dtype)
+
+    def _shape_text(self) -> str:
+        return _format_shape(self.view.shape)
+
+    # ---------------------------------------------------------------- data
+    def set(self, array: Any) -> GraphTensor:
+        """Give an input its data (kept across execute() calls until set again)."""
+        node = self.node
+        if not isinstance(node.op, ops.Input) or not self.view.is_identity():
+            raise GraphError(
+                f"set: only graph inputs (cx.tensor) take data; this tensor is a "
+                f"{node.op.name} of shape {self._shape_text()}"
+            )
+        data = np.asarray(array)
+        if data.dtype != self.dtype.numpy:
+            if data.dtype.kind in "fiub" and _safe_cast(data.dtype, self.dtype):
+                data = data.astype(self.dtype.numpy)
+            else:
+                raise DTypeError(
+                    f"set: input '{node.op.label}' has dtype {self.dtype.value}, "
+                    f"got data of dtype {data.dtype}"
+                )
+        if data.ndim != len(node.shape):
+            raise ShapeError(
+                f"set: input '{node.op.label}' has shape {self._shape_text()}, "
+                f"got data of shape {data.shape}"
+            )
+        bindings: dict[str, int] = {}
+        for dim, size in zip(node.shape, data.shape, strict=True):
+            value = dim.as_int()
+            if value is not None:
+                if value != size:
+                    raise ShapeError(
+                        f"set: input '{node.op.label}' has shape {self._shape_text()}, "
+                        f"got data of shape {data.shape}"
+                    )
+            elif len(dim.terms) == 1 and dim.terms[0][1] == 1 and len(dim.terms[0][0]) == 1:
+                atom = dim.terms[0][0][0]
+                if atom.op == "var":
+                    name = atom.args[0]
+                    if bindings.setdefault(name, size) != size:
+                        raise ShapeError(
+                            f"set: input '{node.op.label}' of shape {self._shape_text()} "
+                            f"binds {name!r} to both {bindings[name]} and {size} "
+                            f"(data shape {data.shape})"
+                        )
+        self.graph.dims.update(bindings)
+        self.graph.input_data[node.id] = np.asarray(data, order="C")
+        return self
+
+    def retrieve(self) -> GraphTensor:
+        """Mark this tensor as an output: its value is kept after execute()."""
+        self.graph.retrieved.add(self.node_id)
+        return self
+
+    def keep(self) -> GraphTensor:
+        """Keep this tensor's value after execute() (it is not freed)."""
+        self.graph.kept.add(self.node_id)
+        return self
+
+    def drop(self) -> GraphTensor:
+        """Free the stored value of this tensor."""
+        self.graph.buffers.pop(self.node_id, None)
+        return self
+
+    def numpy(self) -> np.ndarray:
+        """The value after execute(), as a numpy array of this tensor's shape."""
+        from luminal.reference.views import read_view
+
+        node_id = self.node_id
+        graph = self.graph
+        if node_id in graph.buffers:
+            buffer = graph.buffers[node_id]
+        elif node_id in graph.input_data:
+            buffer = graph.input_data[node_id]
+        else:
+            raise ExecutionError(
+                f"numpy: tensor of shape {self._shape_text()} (node {node_id}, "
+                f"{self.node.op.name}) has no value; call retrieve() before execute()"
+            )
+        return np.array(read_view(buffer, self.view, graph.dims), copy=True)
+
+    def __repr__(self) -> str:
+        return (
+            f"GraphTensor(shape={self._shape_text()}, dtype={self.dtype.value}, "
+            f"op={self.graph.nodes[self._node_id].op.name if self._node_id in self.graph.nodes else '?'})"
+        )
+
+    def __bool__(self) -> bool:
+        raise GraphError("a GraphTensor has no truth value before execution; use .numpy()")
+
+    __hash__ = object.__hash__
+
+    def cast(self, dtype: Any) -> GraphTensor:
+        """Convert to `dtype`; float -> int truncates toward zero."""
+        target = as_dtype(dtype)
+        if target == self.dtype:
+            return self
+        return self.graph.add_node(ops.Cast(target), [self])
+
+
+def _safe_cast(source: np.dtype, target: DType) -> bool:
+    """Whether data of `source` may be stored as `target` without surprise."""
+    if target.is_float:
+        return source.kind in "fiub"
+    if target == DType.int32:
+        return source.kind in "iub"
+    return source.kind == "b"
