@@ -23,3 +23,9 @@ class CompileError(LuminalError):
 
 class ExecutionError(LuminalError):
     """A graph could not be executed (an input without data, a failing Function op)."""
+
+
+def format_shape(dims: object) -> str:
+    """A shape as users write it: (2, 3), (batch,), ()."""
+    items = [str(d) for d in dims]  # type: ignore[attr-defined]
+    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"

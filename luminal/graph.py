@@ -9,7 +9,6 @@ GraphTensors hold a node id plus a view, and survive compiler rewrites through
 from __future__ import annotations
 
 import contextlib
-import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -49,7 +48,8 @@ class Graph:
 
     def __init__(self) -> None:
         self.nodes: dict[int, Node] = {}
-        self._ids = itertools.count()
+        self._next_id = 0
+        self._building = False
         self.input_data: dict[int, np.ndarray] = {}
         self.buffers: dict[int, np.ndarray] = {}
         self.retrieved: set[int] = set()
@@ -83,7 +83,8 @@ class Graph:
         out_dtype = dtype if dtype is not None else ops.output_dtype(op, dtypes)
         if out_dtype is None:
             out_dtype = float32
-        node_id = next(self._ids)
+        node_id = self._next_id
+        self._next_id += 1
         edges = tuple(Edge(t.node_id, 0, t.view) for t in inputs)
         self.nodes[node_id] = Node(node_id, op, edges, out_shape, out_dtype)
         return GraphTensor(self, node_id, ShapeTracker.contiguous(out_shape), out_dtype)
@@ -91,16 +92,26 @@ class Graph:
     @contextlib.contextmanager
     def atomic(self) -> Iterator[None]:
         """Undo every node added inside the block if it raises, so an error never leaves
-        a half-built op behind."""
-        before = set(self.nodes)
+        a half-built op behind. Nested blocks defer to the outermost one."""
+        if self._building:
+            yield
+            return
+        self._building = True
+        mark = self._next_id
         try:
             yield
         except BaseException:
-            for node_id in set(self.nodes) - before:
-                del self.nodes[node_id]
-                self.kept.discard(node_id)
-                self.retrieved.discard(node_id)
+            self._rollback(mark)
             raise
+        finally:
+            self._building = False
+
+    def _rollback(self, mark: int) -> None:
+        """Remove every node created since id `mark` (ids only grow)."""
+        for node_id in [i for i in self.nodes if i >= mark]:
+            del self.nodes[node_id]
+            self.kept.discard(node_id)
+            self.retrieved.discard(node_id)
 
     def tensor(
         self, shape: Sequence[ExprLike] | ExprLike, dtype: Any = float32, name: str | None = None

@@ -7,13 +7,14 @@ those mixins share.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from luminal import ops
 from luminal.dtype import DType, as_dtype
-from luminal.errors import DTypeError, ExecutionError, GraphError, ShapeError
+from luminal.errors import DTypeError, ExecutionError, GraphError, ShapeError, format_shape
 from luminal.hl.binary import BinaryOps
 from luminal.hl.matmul import MatmulOps
 from luminal.hl.movement import MovementOps
@@ -25,10 +26,6 @@ from luminal.shape.tracker import ShapeTracker
 
 if TYPE_CHECKING:
     from luminal.graph import Graph
-
-
-def _format_shape(shape: tuple[Expr, ...]) -> str:
-    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
 class GraphTensor(UnaryOps, BinaryOps, MovementOps, ReductionOps, MatmulOps, OtherOps):
@@ -49,7 +46,7 @@ class GraphTensor(UnaryOps, BinaryOps, MovementOps, ReductionOps, MatmulOps, Oth
         resolved = self.graph.resolve(self._node_id)
         if resolved is None:
             raise GraphError(
-                f"tensor of shape {_format_shape(self.view.shape)} refers to node "
+                f"tensor of shape {format_shape(self.view.shape)} refers to node "
                 f"{self._node_id}, which a compiler removed; retrieve() or keep() it "
                 "before compiling to keep it alive"
             )
@@ -72,7 +69,7 @@ class GraphTensor(UnaryOps, BinaryOps, MovementOps, ReductionOps, MatmulOps, Oth
         return GraphTensor(self.graph, self.node_id, view, self.dtype)
 
     def _shape_text(self) -> str:
-        return _format_shape(self.view.shape)
+        return format_shape(self.view.shape)
 
     # ---------------------------------------------------------------- data
     def set(self, array: Any) -> GraphTensor:
@@ -171,6 +168,35 @@ class GraphTensor(UnaryOps, BinaryOps, MovementOps, ReductionOps, MatmulOps, Oth
         return self.graph.add_node(ops.Cast(target), [self])
 
 
+def _atomic(method: Any) -> Any:
+    """Wrap a high-level op so that an error rolls back every node it added."""
+
+    @functools.wraps(method)
+    def wrapper(self: GraphTensor, *args: Any, **kwargs: Any) -> Any:
+        graph = self.graph
+        if graph._building:
+            return method(self, *args, **kwargs)
+        with graph.atomic():
+            return method(self, *args, **kwargs)
+
+    return wrapper
+
+
+def _make_ops_atomic() -> None:
+    """Every op a mixin of `luminal.hl` defines becomes all-or-nothing."""
+    for mixin in GraphTensor.__mro__[1:]:
+        if not mixin.__module__.startswith("luminal.hl"):
+            continue
+        for name, member in vars(mixin).items():
+            if callable(member) and not isinstance(member, type) and (
+                not name.startswith("_") or name.startswith("__") and name not in _NOT_OPS
+            ):
+                setattr(mixin, name, _atomic(member))
+
+
+_NOT_OPS = {"__init__", "__repr__", "__bool__", "__hash__", "__init_subclass__"}
+
+
 def _safe_cast(source: np.dtype, target: DType) -> bool:
     """Whether data of `source` may be stored as `target` without surprise."""
     if target.is_float:
@@ -178,3 +204,6 @@ def _safe_cast(source: np.dtype, target: DType) -> bool:
     if target == DType.int32:
         return source.kind in "iub"
     return source.kind == "b"
+
+
+_make_ops_atomic()

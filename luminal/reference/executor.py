@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from luminal import ops
-from luminal.errors import ExecutionError, ShapeError
+from luminal.errors import ExecutionError, ShapeError, format_shape
 from luminal.reference.contraction import contract
 from luminal.reference.kernels import KERNELS, KernelContext, compute_dtype
 from luminal.reference.views import read_view
@@ -33,13 +33,16 @@ def resolve_dims(graph: Any, order: list[int]) -> dict[str, int]:
         if not isinstance(node.op, ops.Input):
             continue
         data = graph.input_data.get(node_id)
-        shape_text = "(" + ", ".join(str(d) for d in node.shape) + ")"
+        shape_text = format_shape(node.shape)
         if data is None:
             raise ExecutionError(
                 f"execute: input '{node.op.label}' of shape {shape_text} has no data; "
                 "call .set(array) on it first"
             )
-        expected = tuple(d.evaluate(dims) for d in node.shape)
+        try:
+            expected = tuple(d.evaluate(dims) for d in node.shape)
+        except ShapeError as error:
+            raise ShapeError(f"execute: input '{node.op.label}' of shape {shape_text}: {error}") from None
         if expected != data.shape:
             raise ShapeError(
                 f"execute: input '{node.op.label}' has shape {shape_text} = {expected} with "
@@ -101,6 +104,12 @@ def execute(graph: Any, debug: bool = False) -> None:
             continue
         start = time.perf_counter()
         ctx = KernelContext(node, dims)
+        try:
+            ctx.shape  # noqa: B018 - resolve symbolic dims before running, to name the op
+        except ShapeError as error:
+            raise ShapeError(
+                f"{node.op.name} (node {node_id}) of shape {format_shape(node.shape)}: {error}"
+            ) from None
         source = node.inputs[0].source if node.inputs else None
         if isinstance(node.op, ops.SumReduce) and source in fused:
             mul = graph.nodes[source]
