@@ -43,11 +43,49 @@ class Node:
     dtype: DType
 
 
+class NodeTable(dict):
+    """The graph's nodes by id. Every change bumps `version`, so executors can cache
+    plans safely whoever edits the graph (ops, compilers, rollbacks)."""
+
+    version = 0
+
+    def _changed(self) -> None:
+        self.version += 1
+
+    def __setitem__(self, key: int, value: Node) -> None:
+        super().__setitem__(key, value)
+        self._changed()
+
+    def __delitem__(self, key: int) -> None:
+        super().__delitem__(key)
+        self._changed()
+
+    def pop(self, *args: Any) -> Any:
+        self._changed()
+        return super().pop(*args)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        super().update(*args, **kwargs)
+        self._changed()
+
+    def clear(self) -> None:
+        super().clear()
+        self._changed()
+
+    def setdefault(self, key: int, default: Any = None) -> Any:
+        self._changed()
+        return super().setdefault(key, default)
+
+    def popitem(self) -> tuple[int, Node]:
+        self._changed()
+        return super().popitem()
+
+
 class Graph:
     """A lazily built computation. See the README for the public API."""
 
     def __init__(self) -> None:
-        self.nodes: dict[int, Node] = {}
+        self.nodes: NodeTable = NodeTable()
         self._next_id = 0
         self._building = False
         self.input_data: dict[int, np.ndarray] = {}

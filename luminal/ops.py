@@ -185,7 +185,8 @@ PRIMITIVES = (
 
 def _describe(shapes: Sequence[Shape], dtypes: Sequence[DType]) -> str:
     return ", ".join(
-        f"({', '.join(str(d) for d in s)}){':' + d.value}" for s, d in zip(shapes, dtypes, strict=True)
+        f"({', '.join(str(d) for d in s)}){':' + d.value}"
+        for s, d in zip(shapes, dtypes, strict=True)
     )
 
 
@@ -206,13 +207,17 @@ def check_inputs(op: Op, shapes: Sequence[Shape], dtypes: Sequence[DType]) -> No
             )
     if isinstance(op, REDUCE_OPS):
         if not 0 <= op.axis < len(shapes[0]):
-            raise ShapeError(f"{op.name} axis {op.axis} is out of range for {_describe(shapes, dtypes)}")
+            raise ShapeError(
+                f"{op.name} axis {op.axis} is out of range for {_describe(shapes, dtypes)}"
+            )
         if dtypes[0] == DType.bool:
             raise DTypeError(f"{op.name} does not reduce bool; cast first")
     if isinstance(op, Gather | Scatter) and dtypes[1] != DType.int32:
         raise DTypeError(f"{op.name} indices must be int32, got {_describe(shapes, dtypes)}")
     if isinstance(op, Gather) and len(shapes[0]) < 1:
-        raise ShapeError(f"Gather table must have at least one axis, got {_describe(shapes, dtypes)}")
+        raise ShapeError(
+            f"Gather table must have at least one axis, got {_describe(shapes, dtypes)}"
+        )
     if isinstance(op, Scatter):
         expected = tuple(shapes[1]) + tuple(shapes[0][1:])
         if tuple(shapes[2]) != expected or dtypes[0] != dtypes[2]:

@@ -150,10 +150,9 @@ class GraphTensor(UnaryOps, BinaryOps, MovementOps, ReductionOps, MatmulOps, Oth
         return np.array(read_view(buffer, self.view, graph.dims), copy=True)
 
     def __repr__(self) -> str:
-        return (
-            f"GraphTensor(shape={self._shape_text()}, dtype={self.dtype.value}, "
-            f"op={self.graph.nodes[self._node_id].op.name if self._node_id in self.graph.nodes else '?'})"
-        )
+        node = self.graph.nodes.get(self._node_id)
+        op = node.op.name if node is not None else "removed"
+        return f"GraphTensor(shape={self._shape_text()}, dtype={self.dtype.value}, op={op})"
 
     def __bool__(self) -> bool:
         raise GraphError("a GraphTensor has no truth value before execution; use .numpy()")
@@ -188,8 +187,10 @@ def _make_ops_atomic() -> None:
         if not mixin.__module__.startswith("luminal.hl"):
             continue
         for name, member in vars(mixin).items():
-            if callable(member) and not isinstance(member, type) and (
-                not name.startswith("_") or name.startswith("__") and name not in _NOT_OPS
+            if (
+                callable(member)
+                and not isinstance(member, type)
+                and (not name.startswith("_") or name.startswith("__") and name not in _NOT_OPS)
             ):
                 setattr(mixin, name, _atomic(member))
 

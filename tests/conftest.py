@@ -53,9 +53,13 @@ def run(
     cx = lm.Graph()
     inputs = []
     for i, array in enumerate(arrays):
-        dtype = dtypes[i] if dtypes else lm.DType(str(np.asarray(array).dtype)) if str(
-            np.asarray(array).dtype
-        ) in {"float32", "float16", "int32", "bool", "bfloat16"} else lm.float32
+        dtype = (
+            dtypes[i]
+            if dtypes
+            else lm.DType(str(np.asarray(array).dtype))
+            if str(np.asarray(array).dtype) in {"float32", "float16", "int32", "bool", "bfloat16"}
+            else lm.float32
+        )
         inputs.append(cx.tensor(np.shape(array), dtype=dtype).set(array))
     outputs = build(*inputs)
     if isinstance(outputs, lm.GraphTensor):

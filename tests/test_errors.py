@@ -43,7 +43,9 @@ def test_failed_composite_op_leaves_no_nodes():
 def test_wrong_data_shape_and_dtype(rng):
     cx = lm.Graph()
     a = cx.tensor((2, 3), name="weights")
-    with pytest.raises(lm.ShapeError, match=r"'weights' has shape \(2, 3\), got data of shape \(3, 2\)"):
+    with pytest.raises(
+        lm.ShapeError, match=r"'weights' has shape \(2, 3\), got data of shape \(3, 2\)"
+    ):
         a.set(np.zeros((3, 2), np.float32))
     with pytest.raises(lm.DTypeError, match="float32.*complex"):
         a.set(np.zeros((2, 3), np.complex64))

@@ -80,7 +80,12 @@ def test_reduce_primitives(rng, axis, dtype):
     biggest = cx.add_node(ops.MaxReduce(axis), [x]).retrieve()
     cx.execute()
     atol, rtol = TOLERANCE.get(dtype, (0, 0))
-    assert_matches_torch(total.numpy(), _torch(data, dtype).sum(axis, dtype=_torch(data, dtype).dtype), atol=atol, rtol=rtol)
+    assert_matches_torch(
+        total.numpy(),
+        _torch(data, dtype).sum(axis, dtype=_torch(data, dtype).dtype),
+        atol=atol,
+        rtol=rtol,
+    )
     assert_matches_torch(biggest.numpy(), _torch(data, dtype).amax(axis), atol=0, rtol=0)
 
 
@@ -124,8 +129,14 @@ def test_gather_and_scatter_primitives(rng):
 
 @pytest.mark.parametrize(
     "source, target",
-    [(lm.float32, lm.int32), (lm.float32, lm.float16), (lm.float32, lm.bfloat16),
-     (lm.int32, lm.float32), (lm.float32, lm.bool), (lm.bool, lm.float32)],
+    [
+        (lm.float32, lm.int32),
+        (lm.float32, lm.float16),
+        (lm.float32, lm.bfloat16),
+        (lm.int32, lm.float32),
+        (lm.float32, lm.bool),
+        (lm.bool, lm.float32),
+    ],
     ids=lambda d: d.value,
 )
 def test_cast_primitive(source, target):

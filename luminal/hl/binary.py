@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from luminal import ops
 from luminal.dtype import DType, float32, int32, promote
 from luminal.errors import DTypeError, ShapeError
@@ -12,7 +14,10 @@ from luminal.shape.expr import Expr
 if TYPE_CHECKING:
     from luminal.tensor import GraphTensor
 
-Operand = Any  # GraphTensor | int | float | bool
+Operand = Any  # GraphTensor | int | float | bool | numpy scalar
+
+# integer scalar exponents up to this size are computed by exact repeated squaring
+_MAX_SQUARING_EXPONENT = 64
 
 
 def broadcast_shapes(a: tuple[Expr, ...], b: tuple[Expr, ...], op: str) -> tuple[Expr, ...]:
@@ -32,48 +37,73 @@ def broadcast_shapes(a: tuple[Expr, ...], b: tuple[Expr, ...], op: str) -> tuple
     return tuple(reversed(out))
 
 
+def python_scalar(value: Any) -> bool | int | float | None:
+    """A Python or numpy scalar (or 0-d array) as a Python number; None for anything else."""
+    if isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, np.generic | np.ndarray) and np.ndim(value) == 0:
+        item = value.item()
+        return item if isinstance(item, bool | int | float) else None
+    return None
+
+
+def _is_operand(value: Any) -> bool:
+    """Whether a binary op accepts `value` (a tensor or a scalar)."""
+    from luminal.tensor import GraphTensor
+
+    return isinstance(value, GraphTensor) or python_scalar(value) is not None
+
+
+def _scalar_dtype(tensor_dtype: DType, value: bool | int | float) -> DType:
+    """PyTorch's rule for a tensor with a Python scalar: the scalar only widens the
+    category (bool -> int -> float), never the tensor's float width."""
+    if isinstance(value, float) and not tensor_dtype.is_float:
+        return float32
+    if tensor_dtype == DType.bool and not isinstance(value, bool):
+        return int32
+    return tensor_dtype
+
+
 class BinaryOps:
     """Arithmetic, comparisons, maximum/minimum/clip/pow."""
 
     # ---------------------------------------------------------------- plumbing
-    def _scalar(self: GraphTensor, value: Operand, dtype: DType) -> GraphTensor:
-        return self.graph.constant(value, dtype)
-
     def _operands(
         self: GraphTensor, other: Operand, op: str, float_only: bool = False
     ) -> tuple[GraphTensor, GraphTensor]:
-        """Promote dtypes and broadcast both sides to one shape."""
+        """Promote dtypes and broadcast both sides to one shape (NotImplemented for an
+        operand that is neither a tensor nor a scalar, so Python can try the other side)."""
         from luminal.tensor import GraphTensor
 
+        value = None
         if isinstance(other, GraphTensor):
             if other.graph is not self.graph:
                 raise ShapeError(f"{op}: operands belong to different graphs")
             dtype = promote(self.dtype, other.dtype)
-            rhs = other
-        elif isinstance(other, bool | int | float) or hasattr(other, "dtype"):
-            try:
-                value = float(other) if not isinstance(other, bool | int) else other
-            except TypeError:
-                raise DTypeError(f"{op}: cannot combine a tensor with {other!r}") from None
-            dtype = self.dtype
-            if isinstance(value, float) and not dtype.is_float:
-                dtype = float32
-            if dtype == DType.bool:
-                dtype = int32 if isinstance(value, int) else float32
-            rhs = None
+            other_shape = other.view.shape
         else:
-            return NotImplemented  # type: ignore[return-value]
+            value = python_scalar(other)
+            if value is None:
+                return NotImplemented  # type: ignore[return-value]
+            dtype = _scalar_dtype(self.dtype, value)
+            other_shape = ()
         if dtype == DType.bool:
             dtype = int32
         if float_only and not dtype.is_float:
             dtype = float32
+        shape = broadcast_shapes(self.view.shape, other_shape, op)  # before adding nodes
         lhs = self.cast(dtype)
-        if rhs is None:
-            rhs = self._scalar(value, dtype)
-        else:
-            rhs = rhs.cast(dtype)
-        shape = broadcast_shapes(lhs.view.shape, rhs.view.shape, op)
+        rhs = other.cast(dtype) if value is None else self.graph.constant(value, dtype)
         return lhs.expand(shape), rhs.expand(shape)
+
+    def _pair(
+        self: GraphTensor, other: Operand, op: str, float_only: bool = False
+    ) -> tuple[GraphTensor, GraphTensor]:
+        """`_operands` for named methods: an unsupported operand is a TypeError."""
+        operands = self._operands(other, op, float_only)
+        if operands is NotImplemented:
+            raise TypeError(f"{op}: cannot combine a tensor with {type(other).__name__} {other!r}")
+        return operands
 
     def _binary(
         self: GraphTensor, other: Operand, op: ops.Op, name: str, reverse: bool = False
@@ -139,52 +169,76 @@ class BinaryOps:
         return self._binary(other, ops.Mod(), "mod", reverse=True)
 
     def __pow__(self: GraphTensor, exponent: Operand) -> GraphTensor:
+        if not _is_operand(exponent):
+            return NotImplemented  # type: ignore[return-value]
         return self.pow(exponent)
 
     def __rpow__(self: GraphTensor, base: Operand) -> GraphTensor:
-        operands = self._operands(base, "pow", float_only=True)
+        operands = self._operands(base, "pow")
         if operands is NotImplemented:
             return NotImplemented  # type: ignore[return-value]
         exponent, base_tensor = operands
-        return base_tensor.pow(exponent)
+        return _tensor_pow(base_tensor, exponent)
 
     # ---------------------------------------------------------------- comparisons (0/1)
     def lt(self: GraphTensor, other: Operand) -> GraphTensor:
-        return self._binary(other, ops.LessThan(), "lt")
+        """1 where self < other else 0, in the promoted dtype."""
+        a, b = self._pair(other, "lt")
+        return self.graph.add_node(ops.LessThan(), [a, b])
 
     def gt(self: GraphTensor, other: Operand) -> GraphTensor:
-        return self._binary(other, ops.LessThan(), "gt", reverse=True)
+        """1 where self > other else 0."""
+        a, b = self._pair(other, "gt")
+        return self.graph.add_node(ops.LessThan(), [b, a])
 
     def le(self: GraphTensor, other: Operand) -> GraphTensor:
+        """1 where self <= other else 0 (derived from LessThan: NaN compares as equal)."""
         return 1 - self.gt(other)
 
     def ge(self: GraphTensor, other: Operand) -> GraphTensor:
+        """1 where self >= other else 0."""
         return 1 - self.lt(other)
 
     def ne(self: GraphTensor, other: Operand) -> GraphTensor:
+        """1 where self != other else 0."""
         return self.lt(other) + self.gt(other)
 
     def eq(self: GraphTensor, other: Operand) -> GraphTensor:
+        """1 where self == other else 0."""
         return 1 - self.ne(other)
 
-    __lt__ = lt
-    __gt__ = gt
-    __le__ = le
-    __ge__ = ge
+    def _compare(self: GraphTensor, other: Operand, name: str) -> GraphTensor:
+        """Operator form: NotImplemented for foreign operands, so Python raises TypeError."""
+        if not _is_operand(other):
+            return NotImplemented  # type: ignore[return-value]
+        return getattr(self, name)(other)
+
+    def __lt__(self: GraphTensor, other: Operand) -> GraphTensor:
+        return self._compare(other, "lt")
+
+    def __gt__(self: GraphTensor, other: Operand) -> GraphTensor:
+        return self._compare(other, "gt")
+
+    def __le__(self: GraphTensor, other: Operand) -> GraphTensor:
+        return self._compare(other, "le")
+
+    def __ge__(self: GraphTensor, other: Operand) -> GraphTensor:
+        return self._compare(other, "ge")
 
     # ---------------------------------------------------------------- elementwise extrema
     def maximum(self: GraphTensor, other: Operand) -> GraphTensor:
         """Elementwise max; exact for infinities (a max-reduction over a stacked pair)."""
-        a, b = self._operands(other, "maximum")
+        a, b = self._pair(other, "maximum")
         return _stack_pair(a, b).max(-1)
 
     def minimum(self: GraphTensor, other: Operand) -> GraphTensor:
         """Elementwise min."""
-        a, b = self._operands(other, "minimum")
+        a, b = self._pair(other, "minimum")
         return -_stack_pair(-a, -b).max(-1)
 
     def clip(self: GraphTensor, low: Operand = None, high: Operand = None) -> GraphTensor:
-        """Clamp to [low, high]; either bound may be None."""
+        """Clamp to [low, high]; either bound may be None (torch.clamp: high wins when
+        low > high)."""
         result = self
         if low is not None:
             result = result.maximum(low)
@@ -195,25 +249,63 @@ class BinaryOps:
     clamp = clip
 
     def pow(self: GraphTensor, exponent: Operand) -> GraphTensor:
-        """self ** exponent. Small integer scalar exponents multiply exactly (negative bases
-        allowed); otherwise exp2(e * log2(x)), NaN for negative bases like PyTorch."""
-        from luminal.tensor import GraphTensor
+        """self ** exponent with PyTorch's results: integer scalar exponents multiply
+        exactly; otherwise exp2(e * log2|x|) with the sign restored for negative bases
+        and integral exponents (NaN for fractional ones), and x ** 0 == 1."""
+        scalar = python_scalar(exponent)
+        if scalar is not None and not isinstance(scalar, bool):
+            result = _scalar_pow(self, scalar)
+            if result is not None:
+                return result
+        base, power = self._pair(exponent, "pow")
+        return _tensor_pow(base, power)
 
-        if isinstance(exponent, int | float) and not isinstance(exponent, bool):
-            if float(exponent).is_integer() and abs(exponent) <= 16:
-                n = int(exponent)
-                base = self if self.dtype.is_float else self.cast(float32)
-                if n == 0:
-                    return base * 0 + 1
-                result = _power_by_squaring(base, abs(n))
-                return result.reciprocal() if n < 0 else result
-            if exponent == 0.5:
-                return self.sqrt()
-        if not isinstance(exponent, GraphTensor):
-            a, e = self._operands(exponent, "pow", float_only=True)
-        else:
-            a, e = self._operands(exponent, "pow", float_only=True)
-        return (e * a.log2()).exp2()
+
+def _scalar_pow(base: GraphTensor, exponent: int | float) -> GraphTensor | None:
+    """x ** c for a scalar c where a cheaper exact form exists, else None."""
+    keeps_int = isinstance(exponent, int) and not base.dtype.is_float
+    if keeps_int:
+        base = base.cast(int32)
+    elif not base.dtype.is_float:
+        base = base.cast(float32)
+    if float(exponent).is_integer() and abs(exponent) <= _MAX_SQUARING_EXPONENT:
+        n = int(exponent)
+        if n < 0 and keeps_int:
+            raise DTypeError(
+                f"pow: integers to negative integer powers are not allowed (as in PyTorch); "
+                f"cast the {base.dtype.value} tensor of shape {base._shape_text()} to float first"
+            )
+        if n == 0:
+            return base.graph.constant(1, base.dtype).expand(base.view.shape)
+        result = _power_by_squaring(base, abs(n))
+        return result.reciprocal() if n < 0 else result
+    if exponent == 0.5:
+        return base.sqrt()
+    return None
+
+
+def _tensor_pow(base: GraphTensor, exponent: GraphTensor) -> GraphTensor:
+    """base ** exponent for operands already promoted and broadcast to one shape. Integer
+    results are computed in float32 and rounded (ties toward zero, so 2 ** -1 == 0)."""
+    if base.dtype.is_float:
+        magnitude, sign = _float_pow(base, exponent)
+        return magnitude * sign
+    magnitude, sign = _float_pow(base.cast(float32), exponent.cast(float32))
+    rounded = (magnitude - 0.5) + ((0.5 - magnitude) % 1)  # ceil(m - 0.5)
+    return (rounded * sign).cast(base.dtype)
+
+
+def _float_pow(base: GraphTensor, exponent: GraphTensor) -> tuple[GraphTensor, GraphTensor]:
+    """(|base| ** exponent, sign): the magnitude through exp2/log2 and the sign -1 for a
+    negative base raised to an odd integral power. A negative base with a fractional
+    exponent keeps its sign inside log2, which gives NaN as PyTorch does."""
+    integral = (exponent % 1).eq(0)
+    flip = base.lt(0) * integral
+    magnitude_base = base * (1 - 2 * flip)
+    magnitude_base = magnitude_base + exponent.eq(0) * (1 - magnitude_base)  # 0 ** 0 == 1
+    magnitude = (exponent * magnitude_base.log2()).exp2()
+    odd = (exponent % 2).eq(1)
+    return magnitude, 1 - 2 * flip * odd
 
 
 def _power_by_squaring(base: GraphTensor, n: int) -> GraphTensor:

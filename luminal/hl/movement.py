@@ -265,9 +265,9 @@ class MovementOps:
         padded = self._with_view(self.view.pad(pairs))
         if value == 0:
             return padded
-        fill = _finite(value, self.dtype)
-        ones = self.graph.constant(1.0, self.dtype).expand(self.view.shape)
-        outside = 1.0 - ones._with_view(ones.view.pad(pairs))
+        fill = _finite(value, self.dtype) if self.dtype.is_float else int(value)
+        ones = self.graph.constant(1, self.dtype).expand(self.view.shape)
+        outside = 1 - ones._with_view(ones.view.pad(pairs))
         return padded + outside * fill
 
     def pool_last_dim(

@@ -76,17 +76,30 @@ class ReductionOps:
         return self.var(axes, keepdim, correction).sqrt()
 
     def prod(self: GraphTensor, axes: Axes = None, keepdim: bool = False) -> GraphTensor:
-        """Product over `axes`: magnitude through log2/exp2, sign from the count of
-        negative factors; exact zeros stay zero."""
-        x = self if self.dtype.is_float else self.cast(float32)
-        magnitude = x.abs().log2().sum(axes, keepdim).exp2()
-        negatives = x.lt(0).sum(axes, keepdim)
-        sign = 1 - 2 * (negatives % 2)
-        result = magnitude * sign
-        return result if self.dtype.is_float else result.cast(self.dtype)
+        """Product over `axes`. Known sizes multiply pairwise in a tree (exact for int32,
+        right for zeros, infinities and signs); a symbolic size goes through log2/exp2."""
+        norm = normalize_axes(axes, self.ndim, "prod", self._shape_text())
+        result = self if self.dtype != DType.bool else self.cast(int32)
+        for axis in reversed(norm):
+            size = result.view.shape[axis].as_int()
+            if size is None:
+                result = _log_prod(result, axis)
+            else:
+                order = [i for i in range(result.ndim) if i != axis] + [axis]
+                result = _tree_prod(result.permute(order), size)
+        if keepdim:
+            for axis in norm:
+                result = result.unsqueeze(axis)
+        return result
 
-    def argmax(self: GraphTensor, axis: int = -1, keepdim: bool = False) -> GraphTensor:
-        """Index (int32) of the first maximum along `axis`."""
+    def argmax(
+        self: GraphTensor, axis: int | None = None, keepdim: bool = False
+    ) -> GraphTensor:
+        """Index (int32) of the first maximum along `axis`; with no axis, of the flattened
+        tensor (torch.argmax)."""
+        if axis is None:
+            flat = self.reshape((-1,)).argmax(0)
+            return flat.reshape((1,) * self.ndim) if keepdim else flat
         (norm,) = normalize_axes(axis, self.ndim, "argmax", self._shape_text())
         size = self.view.shape[norm]
         x = self if self.dtype.is_float else self.cast(float32)
@@ -99,7 +112,39 @@ class ReductionOps:
         first = self._count(norm, x.dtype) - score.max(norm, keepdim)
         return first.cast(int32)
 
-    def argmin(self: GraphTensor, axis: int = -1, keepdim: bool = False) -> GraphTensor:
-        """Index (int32) of the first minimum along `axis`."""
+    def argmin(
+        self: GraphTensor, axis: int | None = None, keepdim: bool = False
+    ) -> GraphTensor:
+        """Index (int32) of the first minimum along `axis` (flattened when None)."""
         x = self if self.dtype.is_float else self.cast(float32)
         return (-x).argmax(axis, keepdim)
+
+
+def _tree_prod(x: GraphTensor, size: int) -> GraphTensor:
+    """Product over the last dim (of known `size`): halves multiplied level by level, an
+    odd element carried to the next level."""
+    if size == 0:
+        return x.graph.constant(1, x.dtype).expand(x.view.shape[:-1])
+    lead: list[None] = [None] * (x.ndim - 1)
+    while size > 1:
+        half = size // 2
+        product = x.slice(lead + [(0, half)]) * x.slice(lead + [(half, 2 * half)])
+        if size % 2:
+            from luminal.hl.combine import concat
+
+            product = concat([product, x.slice(lead + [(2 * half, size)])], -1)
+        x, size = product, half + size % 2
+    return x.squeeze(-1)
+
+
+def _log_prod(x: GraphTensor, axis: int) -> GraphTensor:
+    """Product over an axis of symbolic size: magnitude through log2/exp2 (exact zeros
+    stay zero), sign from the count of negative factors; int32 results are rounded."""
+    values = x if x.dtype.is_float else x.cast(float32)
+    magnitude = values.abs().log2().sum(axis).exp2()
+    negatives = values.lt(0).sum(axis)
+    sign = 1 - 2 * (negatives % 2)
+    if x.dtype.is_float:
+        return magnitude * sign
+    shifted = magnitude + 0.5
+    return ((shifted - shifted % 1) * sign).cast(x.dtype)

@@ -1,8 +1,15 @@
-"""Runs a graph node by node with the numpy kernels, freeing intermediates early."""
+"""Runs a graph node by node with the numpy kernels, freeing intermediates early.
+
+Everything that depends only on the graph's structure, its outputs and the resolved
+dimension sizes (the order, the concrete views, when each buffer dies, which products
+are contractions) is planned once and cached, so repeated execute() calls do little
+beyond the numpy work.
+"""
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -10,8 +17,36 @@ import numpy as np
 from luminal import ops
 from luminal.errors import ExecutionError, ShapeError, format_shape
 from luminal.reference.contraction import contract
-from luminal.reference.kernels import KERNELS, KernelContext, compute_dtype
-from luminal.reference.views import read_view
+from luminal.reference.kernels import KERNELS, Kernel, KernelContext, compute_dtype
+from luminal.reference.views import read_concrete
+from luminal.shape.tracker import ConcreteView
+
+
+@dataclass
+class Operand:
+    source: int
+    view: ConcreteView
+    dtype: np.dtype
+
+
+@dataclass
+class Step:
+    """One node to run: its kernel, operands, and the buffers that die after it."""
+
+    node: Any
+    kernel: Kernel | None
+    ctx: KernelContext
+    operands: list[Operand]
+    contraction_axis: int | None
+    frees: list[int]
+
+
+@dataclass
+class Plan:
+    key: tuple
+    inputs: list[int]
+    steps: list[Step]
+    keep: set[int]
 
 
 def output_roots(graph: Any) -> list[int]:
@@ -25,13 +60,11 @@ def output_roots(graph: Any) -> list[int]:
     return sorted(r for r in roots if r in graph.nodes)
 
 
-def resolve_dims(graph: Any, order: list[int]) -> dict[str, int]:
+def resolve_dims(graph: Any, inputs: list[int]) -> dict[str, int]:
     """The dimension map, checked against every input's data."""
     dims = dict(graph.dims)
-    for node_id in order:
+    for node_id in inputs:
         node = graph.nodes[node_id]
-        if not isinstance(node.op, ops.Input):
-            continue
         data = graph.input_data.get(node_id)
         shape_text = format_shape(node.shape)
         if data is None:
@@ -42,7 +75,9 @@ def resolve_dims(graph: Any, order: list[int]) -> dict[str, int]:
         try:
             expected = tuple(d.evaluate(dims) for d in node.shape)
         except ShapeError as error:
-            raise ShapeError(f"execute: input '{node.op.label}' of shape {shape_text}: {error}") from None
+            raise ShapeError(
+                f"execute: input '{node.op.label}' of shape {shape_text}: {error}"
+            ) from None
         if expected != data.shape:
             raise ShapeError(
                 f"execute: input '{node.op.label}' has shape {shape_text} = {expected} with "
@@ -71,71 +106,94 @@ def fused_contractions(graph: Any, order: list[int], keep: set[int]) -> set[int]
     return fused
 
 
-def execute(graph: Any, debug: bool = False) -> None:
-    """Evaluate every node the outputs need; keep only retrieved/kept values."""
-    roots = output_roots(graph)
-    order = graph.topological_order(roots)
-    dims = resolve_dims(graph, order)
+def make_plan(graph: Any, key: tuple, order: list[int], inputs: list[int], dims: dict) -> Plan:
     keep = set(graph.retrieved) | set(graph.kept)
     fused = fused_contractions(graph, order, keep)
-    remaining: dict[int, int] = {}
-    for node_id in order:
-        for edge in graph.nodes[node_id].inputs:
-            remaining[edge.source] = remaining.get(edge.source, 0) + 1
-    values: dict[int, np.ndarray] = {}
-
-    def operand(edge: Any) -> np.ndarray:
-        source = graph.nodes[edge.source]
-        array = read_view(values[edge.source], edge.view, dims)
-        return array.astype(compute_dtype(source.dtype), copy=False)
-
-    def release(node: Any) -> None:
-        for edge in node.inputs:
-            remaining[edge.source] -= 1
-            if remaining[edge.source] == 0 and edge.source not in keep:
-                values.pop(edge.source, None)
-
+    steps: list[Step] = []
     for node_id in order:
         node = graph.nodes[node_id]
-        if isinstance(node.op, ops.Input):
-            values[node_id] = graph.input_data[node_id]
+        if isinstance(node.op, ops.Input) or node_id in fused:
             continue
-        if node_id in fused:
-            continue
-        start = time.perf_counter()
         ctx = KernelContext(node, dims)
         try:
-            ctx.shape  # noqa: B018 - resolve symbolic dims before running, to name the op
+            ctx.shape  # noqa: B018 - resolve symbolic dims now, to name the op on failure
         except ShapeError as error:
             raise ShapeError(
                 f"{node.op.name} (node {node_id}) of shape {format_shape(node.shape)}: {error}"
             ) from None
-        source = node.inputs[0].source if node.inputs else None
-        if isinstance(node.op, ops.SumReduce) and source in fused:
-            mul = graph.nodes[source]
-            a, b = (operand(edge) for edge in mul.inputs)
-            result = contract(a, b, node.op.axis)
-            release(mul)
-        else:
-            result = KERNELS[type(node.op)](node.op, [operand(e) for e in node.inputs], ctx)
-        result = np.asarray(result, dtype=node.dtype.numpy, order="C")
-        expected = ctx.shape
-        if result.shape != expected:
-            raise ExecutionError(
-                f"{node.op.name} (node {node_id}) produced shape {result.shape}, "
-                f"expected {expected}"
+        edges = node.inputs
+        axis = None
+        if isinstance(node.op, ops.SumReduce) and edges[0].source in fused:
+            edges = graph.nodes[edges[0].source].inputs
+            axis = node.op.axis
+        operands = [
+            Operand(
+                e.source,
+                e.view.evaluate(dims),
+                compute_dtype(graph.nodes[e.source].dtype),
             )
-        values[node_id] = result
-        release(node)
+            for e in edges
+        ]
+        steps.append(Step(node, KERNELS[type(node.op)], ctx, operands, axis, []))
+    # free each buffer after its last reader
+    last_reader: dict[int, int] = {}
+    for index, step in enumerate(steps):
+        for operand in step.operands:
+            last_reader[operand.source] = index
+    for source, index in last_reader.items():
+        if source not in keep:
+            steps[index].frees.append(source)
+    return Plan(key, inputs, steps, keep)
+
+
+def get_plan(graph: Any) -> tuple[Plan, dict[str, int]]:
+    structure = (graph.nodes.version, frozenset(graph.retrieved), frozenset(graph.kept))
+    cached: Plan | None = getattr(graph, "_reference_plan", None)
+    if cached is not None and cached.key[0] == structure:
+        dims = resolve_dims(graph, cached.inputs)
+        if cached.key[1] == tuple(sorted(dims.items())):
+            return cached, dims
+    order = graph.topological_order(output_roots(graph))
+    inputs = [i for i in order if isinstance(graph.nodes[i].op, ops.Input)]
+    dims = resolve_dims(graph, inputs)
+    plan = make_plan(graph, (structure, tuple(sorted(dims.items()))), order, inputs, dims)
+    graph._reference_plan = plan
+    return plan, dims
+
+
+def execute(graph: Any, debug: bool = False) -> None:
+    """Evaluate every node the outputs need; keep only retrieved/kept values."""
+    plan, dims = get_plan(graph)
+    values: dict[int, np.ndarray] = {i: graph.input_data[i] for i in plan.inputs}
+    for step in plan.steps:
+        start = time.perf_counter()
+        arrays = [
+            read_concrete(values[o.source], o.view).astype(o.dtype, copy=False)
+            for o in step.operands
+        ]
+        node = step.node
+        if step.contraction_axis is not None:
+            result = contract(arrays[0], arrays[1], step.contraction_axis)
+        else:
+            result = step.kernel(node.op, arrays, step.ctx)
+        result = np.asarray(result, dtype=node.dtype.numpy, order="C")
+        if result.shape != step.ctx.shape:
+            raise ExecutionError(
+                f"{node.op.name} (node {node.id}) produced shape {result.shape}, "
+                f"expected {step.ctx.shape}"
+            )
+        values[node.id] = result
+        for source in step.frees:
+            values.pop(source, None)
         if debug:
-            _report(graph, node, result, time.perf_counter() - start, dims)
-    graph.buffers = {node_id: values[node_id] for node_id in keep if node_id in values}
+            _report(graph, step, result, time.perf_counter() - start)
+    graph.buffers = {node_id: values[node_id] for node_id in plan.keep if node_id in values}
 
 
-def _report(graph: Any, node: Any, result: np.ndarray, seconds: float, dims: dict) -> None:
+def _report(graph: Any, step: Step, result: np.ndarray, seconds: float) -> None:
+    node = step.node
     inputs = ", ".join(
-        f"{graph.nodes[e.source].op.name}#{e.source}{tuple(d.evaluate(dims) for d in e.view.shape)}"
-        for e in node.inputs
+        f"{graph.nodes[o.source].op.name}#{o.source}{o.view.shape}" for o in step.operands
     )
     print(
         f"[{node.id:>4}] {node.op.name:<12} ({inputs}) -> {result.shape} "

@@ -9,22 +9,27 @@ two strides line up.
 
 Conventions (documented in docs/symbolic-shapes.md):
 - variables are non-negative integers (dimension sizes and indices);
-- `//` and `%` are floor division and floor modulo, and a divisor is assumed positive;
+- `//` and `%` are floor division and floor modulo; a symbolic divisor is assumed
+  positive (a negative constant divisor is allowed and folded away);
 - comparisons and `and`/`or` evaluate to 0 or 1.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+import numbers
+import operator
+from collections.abc import Callable, Iterable, Mapping
 from typing import Union
 
 from luminal.errors import ShapeError
 
 Term = tuple[tuple["Atom", ...], int]
 ExprLike = Union["Expr", int, str]
+Interval = tuple[float, float]  # inclusive; finite ends are ints, unknown ends are +-inf
 
 _INF = math.inf
+_BOOLEAN_OPS = ("lt", "ge", "and", "or")
 
 
 class Atom:
@@ -38,8 +43,8 @@ class Atom:
         self.upper = upper  # inclusive upper bound, variables only
         if op == "var":
             self.key = args[0]
-        else:
-            self.key = f"{op}({', '.join(str(a) for a in args)})"
+        else:  # fully parenthesised, so distinct trees get distinct keys
+            self.key = f"{op}({', '.join(_render(a, c_syntax=False) for a in args)})"
         self._hash = hash((op, self.key))
 
     def __eq__(self, other: object) -> bool:
@@ -100,24 +105,18 @@ class Expr:
         value = self.as_int()
         if value is not None:
             return value in (0, 1)
-        return (
-            len(self.terms) == 1
-            and self.terms[0][1] == 1
-            and len(self.terms[0][0]) == 1
-            and self.terms[0][0][0].op in ("lt", "ge", "and", "or")
-        )
+        return _single_atom(self) is not None and _single_atom(self).op in _BOOLEAN_OPS
 
-    def bounds(self) -> tuple[float, float]:
+    def bounds(self) -> Interval:
         """Inclusive interval (lo, hi) containing every value; infinities when unknown."""
         lo_total: float = 0
         hi_total: float = 0
         for mono, coef in self.terms:
-            lo, hi = 1.0, 1.0
+            interval: Interval = (coef, coef)
             for atom in mono:
-                lo, hi = _interval_mul((lo, hi), _atom_bounds(atom))
-            lo, hi = _interval_mul((lo, hi), (coef, coef))
-            lo_total += lo
-            hi_total += hi
+                interval = _interval_mul(interval, _atom_bounds(atom))
+            lo_total += interval[0]
+            hi_total += interval[1]
         return lo_total, hi_total
 
     # ---------------------------------------------------------------- equality
@@ -202,14 +201,14 @@ class Expr:
         env = env or {}
         total = 0
         for mono, coef in self.terms:
-            product = coef
+            term = coef
             for atom in mono:
-                product *= _evaluate_atom(atom, env)
-            total += product
+                term *= _evaluate_atom(atom, env)
+            total += term
         return total
 
     def substitute(self, mapping: Mapping[str, ExprLike]) -> Expr:
-        """Replace variables by expressions, simplifying the result."""
+        """Replace variables (simultaneously) by expressions, simplifying the result."""
         if not mapping:
             return self
         replacement = {name: sym(value) for name, value in mapping.items()}
@@ -218,24 +217,25 @@ class Expr:
     def _substitute(self, mapping: Mapping[str, Expr]) -> Expr:
         total = ZERO
         for mono, coef in self.terms:
-            product = const(coef)
+            term = const(coef)
             for atom in mono:
-                product = _mul(product, _substitute_atom(atom, mapping))
-            total = _add(total, product)
+                term = _mul(term, _substitute_atom(atom, mapping))
+            total = _add(total, term)
         return total
 
     # ---------------------------------------------------------------- rendering
     def __str__(self) -> str:
         if self._str is None:
-            self._str = _render(self, c_syntax=False)
+            self._str = _render(self, c_syntax=False, top=True)
         return self._str
 
     def __repr__(self) -> str:
         return f"Expr({self})"
 
     def to_c(self) -> str:
-        """C source for this expression (`/` and `%` match floor semantics for the
-        non-negative operands that shapes and indices have)."""
+        """C source for this expression, fully parenthesised, over `long long` variables.
+        `/` and `%` keep floor semantics: they are plain C operators where the numerator
+        is provably non-negative (shapes and indices) and guarded otherwise."""
         return _render(self, c_syntax=True)
 
 
@@ -259,28 +259,19 @@ def const(value: int) -> Expr:
 
 def var(name: str, upper: int | None = None) -> Expr:
     """A named non-negative integer variable, optionally with an inclusive upper bound."""
-    if not name.isidentifier():
+    if not isinstance(name, str) or not name.isidentifier():
         raise ShapeError(f"symbolic dimension name {name!r} must be an identifier")
     return Expr((((Atom("var", (name,), upper),), 1),))
 
 
 def sym(value: ExprLike) -> Expr:
-    """Coerce an int, a variable name or an Expr to an Expr."""
+    """Coerce an int (numpy ints included), a variable name or an Expr to an Expr."""
     if isinstance(value, Expr):
         return value
-    if isinstance(value, bool):
+    if isinstance(value, numbers.Integral):
         return const(int(value))
-    if isinstance(value, int):
-        return const(value)
     if isinstance(value, str):
         return var(value)
-    try:
-        import numpy as np
-
-        if isinstance(value, np.integer):
-            return const(int(value))
-    except ImportError:  # pragma: no cover - numpy is a dependency
-        pass
     raise ShapeError(f"cannot use {value!r} ({type(value).__name__}) as a dimension")
 
 
@@ -338,6 +329,15 @@ def _atom_expr(op: str, *args: Expr) -> Expr:
     return Expr((((Atom(op, args),), 1),))
 
 
+def _single_atom(a: Expr, op: str | None = None) -> Atom | None:
+    """The atom when `a` is exactly one atom (of kind `op` if given), else None."""
+    if len(a.terms) == 1 and a.terms[0][1] == 1 and len(a.terms[0][0]) == 1:
+        atom = a.terms[0][0][0]
+        if op is None or atom.op == op:
+            return atom
+    return None
+
+
 def _content(a: Expr) -> int:
     """Greatest common divisor of all coefficients (0 for the zero expression)."""
     g = 0
@@ -346,122 +346,134 @@ def _content(a: Expr) -> int:
     return g
 
 
-def _split_by_divisor(a: Expr, divisor: int) -> tuple[Expr, Expr]:
-    """a = divisor * quotient + rest, putting each term whose coefficient divides."""
+def _scale_exact(a: Expr, divisor: int) -> Expr:
+    return Expr(tuple((mono, coef // divisor) for mono, coef in a.terms))
+
+
+def _split_by_constant(a: Expr, divisor: int, reduce_all: bool) -> tuple[Expr, Expr]:
+    """a = divisor * quotient + rest exactly. Divisible terms and the constant go to the
+    quotient; with `reduce_all` (for modulo) every coefficient is reduced into
+    [0, divisor), which keeps `a % d` canonical."""
     quotient: dict[tuple[Atom, ...], int] = {}
     rest: dict[tuple[Atom, ...], int] = {}
     for mono, coef in a.terms:
-        if coef % divisor == 0:
+        if coef % divisor == 0 or reduce_all or not mono:
             quotient[mono] = coef // divisor
+            if coef % divisor:
+                rest[mono] = coef % divisor
         else:
             rest[mono] = coef
     return _from_dict(quotient), _from_dict(rest)
 
 
-def _divide_monomial(a: Expr, mono: tuple[Atom, ...]) -> Expr | None:
-    """a / mono when every term of a contains the monomial, else None."""
-    result: dict[tuple[Atom, ...], int] = {}
+def _split_by_term(a: Expr, divisor: Expr) -> tuple[Expr, Expr]:
+    """a = divisor * quotient + rest exactly, for a single-term divisor `k*m`: the terms
+    of `a` that are multiples of it go to the quotient."""
+    (mono, k), = divisor.terms
+    quotient: dict[tuple[Atom, ...], int] = {}
+    rest: dict[tuple[Atom, ...], int] = {}
     for term_mono, coef in a.terms:
         remaining = list(term_mono)
         for atom in mono:
-            if atom in remaining:
-                remaining.remove(atom)
-            else:
-                return None
-        result[tuple(remaining)] = coef
-    return _from_dict(result)
+            if atom not in remaining:
+                break
+            remaining.remove(atom)
+        else:
+            if coef % k == 0:
+                quotient[tuple(remaining)] = coef // k
+                continue
+        rest[term_mono] = coef
+    return _from_dict(quotient), _from_dict(rest)
 
 
 def floordiv(a: ExprLike, b: ExprLike) -> Expr:
-    """Floor division `a // b` (b > 0)."""
+    """Floor division `a // b`."""
     a, b = sym(a), sym(b)
-    a_value, b_value = a.as_int(), b.as_int()
+    b_value = b.as_int()
     if b_value is not None:
-        if b_value == 0:
-            raise ShapeError(f"division of {a} by zero")
-        if b_value == 1:
-            return a
-        if a_value is not None:
-            return const(a_value // b_value)
-        if b_value < 0:
-            return _atom_expr("floordiv", a, b)
-        g = math.gcd(_content(a), b_value)
-        if g > 1:
-            return floordiv(_scale_exact(a, g), b_value // g)
-        quotient, rest = _split_by_divisor(a, b_value)
-        if quotient.terms:
-            return _add(quotient, floordiv(rest, b_value))
-        lo, hi = a.bounds()
-        if 0 <= lo and hi < b_value:
-            return ZERO
-        inner = _single_atom(a, "floordiv")
-        if inner is not None:
-            inner_b = inner.args[1].as_int()
-            if inner_b is not None and inner_b > 0:
-                return floordiv(inner.args[0], inner_b * b_value)
-        return _atom_expr("floordiv", a, b)
-    if a_value == 0:
+        return _floordiv_by_constant(a, b_value)
+    if a == 0:
         return ZERO
     if a == b:
         return ONE
-    if len(b.terms) == 1 and b.terms[0][1] == 1:
-        divided = _divide_monomial(a, b.terms[0][0])
-        if divided is not None:
-            return divided
+    if len(b.terms) == 1:
+        quotient, rest = _split_by_term(a, b)
+        if quotient.terms:
+            return _add(quotient, floordiv(rest, b))
+    lo, hi = a.bounds()
+    if 0 <= lo and hi < max(b.bounds()[0], 1):
+        return ZERO
     return _atom_expr("floordiv", a, b)
 
 
-def _scale_exact(a: Expr, divisor: int) -> Expr:
-    return Expr(tuple((mono, coef // divisor) for mono, coef in a.terms))
-
-
-def _single_atom(a: Expr, op: str) -> Atom | None:
-    if len(a.terms) == 1 and a.terms[0][1] == 1 and len(a.terms[0][0]) == 1:
-        atom = a.terms[0][0][0]
-        if atom.op == op:
-            return atom
-    return None
+def _floordiv_by_constant(a: Expr, divisor: int) -> Expr:
+    if divisor == 0:
+        raise ShapeError(f"division of {a} by zero")
+    if divisor < 0:  # a // -d == (-a) // d
+        return _floordiv_by_constant(_scale(a, -1), -divisor)
+    a_value = a.as_int()
+    if a_value is not None:
+        return const(a_value // divisor)
+    if divisor == 1:
+        return a
+    g = math.gcd(_content(a), divisor)
+    if g > 1:
+        return _floordiv_by_constant(_scale_exact(a, g), divisor // g)
+    quotient, rest = _split_by_constant(a, divisor, reduce_all=False)
+    if quotient.terms:
+        return _add(quotient, _floordiv_by_constant(rest, divisor))
+    lo, hi = a.bounds()
+    if 0 <= lo and hi < divisor:
+        return ZERO
+    inner = _single_atom(a, "floordiv")
+    if inner is not None and inner.args[1].as_int() is not None:
+        # (x // c1) // c2 == x // (c1 * c2) for positive c1, c2
+        return _floordiv_by_constant(inner.args[0], inner.args[1].as_int() * divisor)
+    return _atom_expr("floordiv", a, const(divisor))
 
 
 def mod(a: ExprLike, b: ExprLike) -> Expr:
-    """Floor modulo `a % b` (b > 0)."""
+    """Floor modulo `a % b` (the result has the sign of `b`)."""
     a, b = sym(a), sym(b)
-    a_value, b_value = a.as_int(), b.as_int()
+    b_value = b.as_int()
     if b_value is not None:
-        if b_value == 0:
-            raise ShapeError(f"modulo of {a} by zero")
-        if b_value == 1:
-            return ZERO
-        if a_value is not None:
-            return const(a_value % b_value)
-        if b_value < 0:
-            return _atom_expr("mod", a, b)
-        _, rest = _split_by_divisor(a, b_value)
-        if not rest.terms:
-            return ZERO
-        lo, hi = rest.bounds()
-        if 0 <= lo and hi < b_value:
-            return rest
-        inner = _single_atom(rest, "mod")
-        if inner is not None:
-            inner_b = inner.args[1].as_int()
-            if inner_b is not None and inner_b > 0 and inner_b % b_value == 0:
-                return mod(inner.args[0], b_value)
-        return _atom_expr("mod", rest, b)
-    if a_value == 0 or a == b:
+        return _mod_by_constant(a, b_value)
+    if a == 0 or a == b:
         return ZERO
-    if len(b.terms) == 1 and b.terms[0][1] == 1:
-        mono = b.terms[0][0]
-        kept: dict[tuple[Atom, ...], int] = {}
-        for term_mono, coef in a.terms:
-            if _divide_monomial(Expr(((term_mono, 1),)), mono) is None:
-                kept[term_mono] = coef
-        rest = _from_dict(kept)
+    rest = a
+    if len(b.terms) == 1:
+        _, rest = _split_by_term(a, b)
         if not rest.terms:
             return ZERO
-        if rest is not a and rest != a:
-            return mod(rest, b)
-    return _atom_expr("mod", a, b)
+    lo, hi = rest.bounds()
+    if 0 <= lo and hi < max(b.bounds()[0], 1):
+        return rest
+    return _atom_expr("mod", rest, b)
+
+
+def _mod_by_constant(a: Expr, divisor: int) -> Expr:
+    if divisor == 0:
+        raise ShapeError(f"modulo of {a} by zero")
+    if divisor < 0:  # a % -d == -((-a) % d)
+        return _scale(_mod_by_constant(_scale(a, -1), -divisor), -1)
+    if divisor == 1:
+        return ZERO
+    _, rest = _split_by_constant(a, divisor, reduce_all=True)
+    if rest.is_const:
+        return rest
+    g = math.gcd(_content(rest), divisor)
+    if g > 1:  # (g*x) % (g*d) == g * (x % d)
+        return _scale(_mod_by_constant(_scale_exact(rest, g), divisor // g), g)
+    lo, hi = rest.bounds()
+    if 0 <= lo and hi < divisor:
+        return rest
+    inner = _single_atom(rest, "mod")
+    if inner is not None:
+        inner_divisor = inner.args[1].as_int()
+        if inner_divisor is not None and inner_divisor % divisor == 0:
+            # (x % (k*d)) % d == x % d
+            return _mod_by_constant(inner.args[0], divisor)
+    return _atom_expr("mod", rest, const(divisor))
 
 
 def ceildiv(a: ExprLike, b: ExprLike) -> Expr:
@@ -482,24 +494,18 @@ def _ordered(a: Expr, b: Expr) -> int | None:
 
 def minimum(a: ExprLike, b: ExprLike) -> Expr:
     a, b = sym(a), sym(b)
-    if a == b:
-        return a
     order = _ordered(a, b)
     if order is not None:
         return a if order < 0 else b
-    first, second = sorted((a, b), key=str)
-    return _atom_expr("min", first, second)
+    return _atom_expr("min", *sorted((a, b), key=str))
 
 
 def maximum(a: ExprLike, b: ExprLike) -> Expr:
     a, b = sym(a), sym(b)
-    if a == b:
-        return a
     order = _ordered(a, b)
     if order is not None:
         return b if order < 0 else a
-    first, second = sorted((a, b), key=str)
-    return _atom_expr("max", first, second)
+    return _atom_expr("max", *sorted((a, b), key=str))
 
 
 def less_than(a: ExprLike, b: ExprLike) -> Expr:
@@ -524,38 +530,46 @@ def greater_equal(a: ExprLike, b: ExprLike) -> Expr:
     return _atom_expr("ge", a, b)
 
 
+def _truth(a: Expr) -> bool | None:
+    """Whether `a` is known to be non-zero (True), zero (False), or unknown (None)."""
+    lo, hi = a.bounds()
+    if lo > 0 or hi < 0:
+        return True
+    if lo == 0 and hi == 0:
+        return False
+    return None
+
+
+def _as_boolean(a: Expr) -> Expr:
+    """`a != 0` as 0/1."""
+    truth = _truth(a)
+    if truth is not None:
+        return ONE if truth else ZERO
+    return a if a.is_boolean else _atom_expr("and", ONE, a)
+
+
 def logical_and(a: ExprLike, b: ExprLike) -> Expr:
     """1 if both are non-zero else 0."""
     a, b = sym(a), sym(b)
     for x, y in ((a, b), (b, a)):
-        value = x.as_int()
-        if value is not None:
-            if value == 0:
-                return ZERO
-            if y.is_boolean:
-                return y
-            return _atom_expr("and", ONE, y)
-    if a == b and a.is_boolean:
-        return a
-    first, second = sorted((a, b), key=str)
-    return _atom_expr("and", first, second)
+        truth = _truth(x)
+        if truth is not None:
+            return _as_boolean(y) if truth else ZERO
+    if a == b:
+        return _as_boolean(a)
+    return _atom_expr("and", *sorted((a, b), key=str))
 
 
 def logical_or(a: ExprLike, b: ExprLike) -> Expr:
     """1 if either is non-zero else 0."""
     a, b = sym(a), sym(b)
     for x, y in ((a, b), (b, a)):
-        value = x.as_int()
-        if value is not None:
-            if value != 0:
-                return ONE
-            if y.is_boolean:
-                return y
-            return _atom_expr("or", ZERO, y)
-    if a == b and a.is_boolean:
-        return a
-    first, second = sorted((a, b), key=str)
-    return _atom_expr("or", first, second)
+        truth = _truth(x)
+        if truth is not None:
+            return ONE if truth else _as_boolean(y)
+    if a == b:
+        return _as_boolean(a)
+    return _atom_expr("or", *sorted((a, b), key=str))
 
 
 def product(values: Iterable[ExprLike]) -> Expr:
@@ -565,7 +579,11 @@ def product(values: Iterable[ExprLike]) -> Expr:
     return result
 
 
-_BUILDERS = {
+# ---------------------------------------------------------------------------
+# per-atom rules: rebuild, evaluate, bound, render
+# ---------------------------------------------------------------------------
+
+_BUILDERS: dict[str, Callable[[Expr, Expr], Expr]] = {
     "floordiv": floordiv,
     "mod": mod,
     "min": minimum,
@@ -574,6 +592,17 @@ _BUILDERS = {
     "ge": greater_equal,
     "and": logical_and,
     "or": logical_or,
+}
+
+_EVALUATORS: dict[str, Callable[[int, int], int]] = {
+    "floordiv": operator.floordiv,
+    "mod": operator.mod,
+    "min": min,
+    "max": max,
+    "lt": lambda a, b: int(a < b),
+    "ge": lambda a, b: int(a >= b),
+    "and": lambda a, b: int(a != 0 and b != 0),
+    "or": lambda a, b: int(a != 0 or b != 0),
 }
 
 
@@ -585,8 +614,7 @@ def _substitute_atom(atom: Atom, mapping: Mapping[str, Expr]) -> Expr:
 
 
 def _evaluate_atom(atom: Atom, env: Mapping[str, int]) -> int:
-    op = atom.op
-    if op == "var":
+    if atom.op == "var":
         name = atom.args[0]
         try:
             return int(env[name])
@@ -597,45 +625,30 @@ def _evaluate_atom(atom: Atom, env: Mapping[str, int]) -> int:
             ) from None
     a = atom.args[0].evaluate(env)
     b = atom.args[1].evaluate(env)
-    if op == "floordiv":
-        if b == 0:
-            raise ShapeError(f"division by zero evaluating {atom.key}")
-        return a // b
-    if op == "mod":
-        if b == 0:
-            raise ShapeError(f"modulo by zero evaluating {atom.key}")
-        return a % b
-    if op == "min":
-        return min(a, b)
-    if op == "max":
-        return max(a, b)
-    if op == "lt":
-        return int(a < b)
-    if op == "ge":
-        return int(a >= b)
-    if op == "and":
-        return int(bool(a) and bool(b))
-    if op == "or":
-        return int(bool(a) or bool(b))
-    raise AssertionError(f"unknown atom {op}")
+    if b == 0 and atom.op in ("floordiv", "mod"):
+        raise ShapeError(f"division by zero evaluating {atom.key}")
+    return _EVALUATORS[atom.op](a, b)
 
 
-def _interval_mul(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:
-    products = []
-    for x in a:
-        for y in b:
-            if (x == 0 and math.isinf(y)) or (y == 0 and math.isinf(x)):
-                products.append(0.0)
-            else:
-                products.append(x * y)
+def _interval_mul(a: Interval, b: Interval) -> Interval:
+    products = [0 if x == 0 or y == 0 else x * y for x in a for y in b]
     return min(products), max(products)
 
 
-def _atom_bounds(atom: Atom) -> tuple[float, float]:
+def _div_bound(x: float, y: float) -> float:
+    """floor(x / y) for y > 0, where either may be infinite."""
+    if math.isinf(x):
+        return x
+    if math.isinf(y):
+        return 0 if x >= 0 else -1
+    return x // y
+
+
+def _atom_bounds(atom: Atom) -> Interval:
     op = atom.op
     if op == "var":
         return 0, (atom.upper if atom.upper is not None else _INF)
-    if op in ("lt", "ge", "and", "or"):
+    if op in _BOOLEAN_OPS:
         return 0, 1
     a_lo, a_hi = atom.args[0].bounds()
     b_lo, b_hi = atom.args[1].bounds()
@@ -643,57 +656,54 @@ def _atom_bounds(atom: Atom) -> tuple[float, float]:
         return min(a_lo, b_lo), min(a_hi, b_hi)
     if op == "max":
         return max(a_lo, b_lo), max(a_hi, b_hi)
-    if b_lo <= 0:
-        return -_INF, _INF
+    b_lo = max(b_lo, 1)  # divisors are positive (negative constants are folded away)
     if op == "mod":
-        if a_lo >= 0 and a_hi < b_lo:
-            return a_lo, a_hi
+        if a_lo >= 0:
+            return (a_lo, a_hi) if a_hi < b_lo else (0, min(a_hi, b_hi - 1))
         return 0, b_hi - 1
-    # floordiv with a positive divisor
-    candidates = [
-        math.floor(x / y) if not (math.isinf(x) or math.isinf(y)) else x / y
-        for x in (a_lo, a_hi)
-        for y in (b_lo, b_hi)
-    ]
-    return min(candidates), max(candidates)
+    # floordiv grows with a; it shrinks with b where a >= 0 and grows where a < 0
+    lo = _div_bound(a_lo, b_lo if a_lo < 0 else b_hi)
+    hi = _div_bound(a_hi, b_hi if a_hi < 0 else b_lo)
+    return lo, hi
 
 
-def _render_atom(atom: Atom, c_syntax: bool) -> str:
+_INFIX = {"floordiv": "//", "mod": "%", "lt": "<", "ge": ">=", "and": "and", "or": "or"}
+_C_INFIX = {**_INFIX, "floordiv": "/", "and": "&&", "or": "||"}
+
+
+def _render_atom(atom: Atom, c_syntax: bool, bare: bool = False) -> str:
     if atom.op == "var":
         return atom.args[0]
     a = _render(atom.args[0], c_syntax)
     b = _render(atom.args[1], c_syntax)
-    if atom.op == "floordiv":
-        return f"({a} / {b})" if c_syntax else f"({a} // {b})"
-    if atom.op == "mod":
-        return f"({a} % {b})"
     if atom.op in ("min", "max"):
-        if c_syntax:
-            sign = "<" if atom.op == "min" else ">"
-            return f"(({a}) {sign} ({b}) ? ({a}) : ({b}))"
-        return f"{atom.op}({a}, {b})"
-    symbol = {"lt": "<", "ge": ">=", "and": "&&" if c_syntax else "and"}.get(atom.op)
-    if symbol is None:
-        symbol = "||" if c_syntax else "or"
-    return f"({a} {symbol} {b})"
+        if not c_syntax:
+            return f"{atom.op}({a}, {b})"
+        sign = "<" if atom.op == "min" else ">"
+        return f"({a} {sign} {b} ? {a} : {b})"
+    if c_syntax and atom.op in ("floordiv", "mod") and atom.args[0].bounds()[0] < 0:
+        # C's / and % truncate toward zero; rebuild floor semantics (divisor > 0)
+        if atom.op == "floordiv":
+            return f"({a} >= 0 ? {a} / {b} : ({a} + 1) / {b} - 1)"
+        return f"(({a} % {b} + {b}) % {b})"
+    text = f"{a} {(_C_INFIX if c_syntax else _INFIX)[atom.op]} {b}"
+    return text if bare else f"({text})"
 
 
-def _render(expr: Expr, c_syntax: bool) -> str:
+def _render(expr: Expr, c_syntax: bool, top: bool = False) -> str:
+    """Coefficients first (`2*a + 1`); sums and infix atoms are parenthesised unless
+    they are the whole (`top`) expression."""
     if not expr.terms:
         return "0"
-    parts: list[str] = []
-    for mono, coef in expr.terms:
-        factors = [_render_atom(atom, c_syntax) for atom in mono]
-        if not factors:
-            text = str(abs(coef))
-        elif abs(coef) == 1:
-            text = "*".join(factors)
+    bare = top and len(expr.terms) == 1
+    out = ""
+    for i, (mono, coef) in enumerate(expr.terms):
+        factors = [_render_atom(a, c_syntax, bare and coef == 1 and len(mono) == 1) for a in mono]
+        if abs(coef) != 1 or not factors:
+            factors.insert(0, str(abs(coef)))
+        text = "*".join(factors)
+        if i == 0:
+            out = ("-" if coef < 0 else "") + text
         else:
-            text = "*".join(factors) + f"*{abs(coef)}"
-        sign = "-" if coef < 0 else "+"
-        parts.append((sign, text))
-    first_sign, first_text = parts[0]
-    out = ("-" if first_sign == "-" else "") + first_text
-    for sign, text in parts[1:]:
-        out += f" {sign} {text}"
-    return f"({out})" if len(parts) > 1 else out
+            out += (" - " if coef < 0 else " + ") + text
+    return out if top or len(expr.terms) == 1 else f"({out})"

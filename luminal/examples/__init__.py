@@ -1,0 +1,1 @@
+"""Runnable examples: python -m luminal.examples.<name> --help."""
