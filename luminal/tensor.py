@@ -32,6 +32,7 @@ class GraphTensor(UnaryOps, BinaryOps, MovementOps, ReductionOps, MatmulOps, Oth
     """A lazy tensor. Nothing runs until `Graph.execute()`."""
 
     __array_priority__ = 1000  # numpy scalars on the left defer to our operators
+    __array_ufunc__ = None  # `ndarray + tensor` raises TypeError instead of numpy's own errors
 
     def __init__(self, graph: Graph, node_id: int, view: ShapeTracker, dtype: DType) -> None:
         self.graph = graph

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from luminal import ops
 from luminal.dtype import DType, float32, int32, promote
-from luminal.errors import DTypeError, ShapeError
+from luminal.errors import DTypeError, GraphError, ShapeError
 from luminal.shape.expr import Expr
 
 if TYPE_CHECKING:
@@ -47,6 +48,14 @@ def python_scalar(value: Any) -> bool | int | float | None:
     return None
 
 
+def not_nan(x: GraphTensor) -> GraphTensor:
+    """1 where x is not NaN, else 0, in x's dtype (ints are never NaN). Every number,
+    infinities included, is below +inf or above -inf; NaN is neither."""
+    if not x.dtype.is_float:
+        return x.graph.constant(1, x.dtype).expand(x.view.shape)
+    return (x.lt(math.inf) + x.gt(-math.inf)).gt(0)
+
+
 def _is_operand(value: Any) -> bool:
     """Whether a binary op accepts `value` (a tensor or a scalar)."""
     from luminal.tensor import GraphTensor
@@ -78,7 +87,7 @@ class BinaryOps:
         value = None
         if isinstance(other, GraphTensor):
             if other.graph is not self.graph:
-                raise ShapeError(f"{op}: operands belong to different graphs")
+                raise GraphError(f"{op}: operands belong to different graphs")
             dtype = promote(self.dtype, other.dtype)
             other_shape = other.view.shape
         else:
@@ -168,6 +177,19 @@ class BinaryOps:
     def __rmod__(self: GraphTensor, other: Operand) -> GraphTensor:
         return self._binary(other, ops.Mod(), "mod", reverse=True)
 
+    def __floordiv__(self: GraphTensor, other: Operand) -> GraphTensor:
+        operands = self._operands(other, "floordiv")
+        if operands is NotImplemented:
+            return NotImplemented  # type: ignore[return-value]
+        return _floor_divide(*operands)
+
+    def __rfloordiv__(self: GraphTensor, other: Operand) -> GraphTensor:
+        operands = self._operands(other, "floordiv")
+        if operands is NotImplemented:
+            return NotImplemented  # type: ignore[return-value]
+        a, b = operands
+        return _floor_divide(b, a)
+
     def __pow__(self: GraphTensor, exponent: Operand) -> GraphTensor:
         if not _is_operand(exponent):
             return NotImplemented  # type: ignore[return-value]
@@ -192,20 +214,33 @@ class BinaryOps:
         return self.graph.add_node(ops.LessThan(), [b, a])
 
     def le(self: GraphTensor, other: Operand) -> GraphTensor:
-        """1 where self <= other else 0 (derived from LessThan: NaN compares as equal)."""
-        return 1 - self.gt(other)
+        """1 where self <= other else 0 (0 where either side is NaN)."""
+        return self._unless_nan(other, 1 - self.gt(other))
 
     def ge(self: GraphTensor, other: Operand) -> GraphTensor:
-        """1 where self >= other else 0."""
-        return 1 - self.lt(other)
-
-    def ne(self: GraphTensor, other: Operand) -> GraphTensor:
-        """1 where self != other else 0."""
-        return self.lt(other) + self.gt(other)
+        """1 where self >= other else 0 (0 where either side is NaN)."""
+        return self._unless_nan(other, 1 - self.lt(other))
 
     def eq(self: GraphTensor, other: Operand) -> GraphTensor:
-        """1 where self == other else 0."""
-        return 1 - self.ne(other)
+        """1 where self == other else 0 (0 where either side is NaN)."""
+        return self._unless_nan(other, 1 - (self.lt(other) + self.gt(other)))
+
+    def ne(self: GraphTensor, other: Operand) -> GraphTensor:
+        """1 where self != other else 0 (1 where either side is NaN)."""
+        return 1 - self.eq(other)
+
+    def _unless_nan(self: GraphTensor, other: Operand, result: GraphTensor) -> GraphTensor:
+        """`result` (derived from LessThan, which says 0 for NaN) zeroed where an operand is
+        NaN, as IEEE comparisons are; integers have no NaN and skip the check."""
+        if not result.dtype.is_float:
+            return result
+        ordered = not_nan(self)
+        scalar = python_scalar(other)
+        if scalar is None:
+            ordered = ordered * not_nan(other)
+        elif scalar != scalar:  # a NaN scalar: nothing compares equal or ordered to it
+            ordered = ordered * 0
+        return result * ordered
 
     def _compare(self: GraphTensor, other: Operand, name: str) -> GraphTensor:
         """Operator form: NotImplemented for foreign operands, so Python raises TypeError."""
@@ -262,26 +297,30 @@ class BinaryOps:
 
 
 def _scalar_pow(base: GraphTensor, exponent: int | float) -> GraphTensor | None:
-    """x ** c for a scalar c where a cheaper exact form exists, else None."""
+    """x ** c for a scalar c, using what is known about c at build time; None for an
+    integer tensor with a large exponent (the general path rounds its result)."""
     keeps_int = isinstance(exponent, int) and not base.dtype.is_float
-    if keeps_int:
-        base = base.cast(int32)
-    elif not base.dtype.is_float:
-        base = base.cast(float32)
-    if float(exponent).is_integer() and abs(exponent) <= _MAX_SQUARING_EXPONENT:
+    if keeps_int and exponent < 0:
+        raise DTypeError(
+            f"pow: integers to negative integer powers are not allowed (as in PyTorch); "
+            f"cast the {base.dtype.value} tensor of shape {base._shape_text()} to float first"
+        )
+    base = base.cast(int32 if keeps_int else base.dtype if base.dtype.is_float else float32)
+    integral = float(exponent).is_integer()
+    if integral and abs(exponent) <= _MAX_SQUARING_EXPONENT:
         n = int(exponent)
-        if n < 0 and keeps_int:
-            raise DTypeError(
-                f"pow: integers to negative integer powers are not allowed (as in PyTorch); "
-                f"cast the {base.dtype.value} tensor of shape {base._shape_text()} to float first"
-            )
         if n == 0:
             return base.graph.constant(1, base.dtype).expand(base.view.shape)
         result = _power_by_squaring(base, abs(n))
         return result.reciprocal() if n < 0 else result
+    if keeps_int:
+        return None
     if exponent == 0.5:
         return base.sqrt()
-    return None
+    if not integral:  # a negative base gives NaN through log2, as in PyTorch
+        return (base.log2() * exponent).exp2()
+    magnitude = (base.abs().log2() * exponent).exp2()
+    return magnitude * (1 - 2 * base.lt(0)) if int(exponent) % 2 else magnitude
 
 
 def _tensor_pow(base: GraphTensor, exponent: GraphTensor) -> GraphTensor:
@@ -306,6 +345,16 @@ def _float_pow(base: GraphTensor, exponent: GraphTensor) -> tuple[GraphTensor, G
     magnitude = (exponent * magnitude_base.log2()).exp2()
     odd = (exponent % 2).eq(1)
     return magnitude, 1 - 2 * flip * odd
+
+
+def _floor_divide(a: GraphTensor, b: GraphTensor) -> GraphTensor:
+    """floor(a / b) (torch.floor_divide, Python's //). Integers divide the exact multiple
+    a - a % b, so the float32 quotient only needs rounding to the nearest integer."""
+    if a.dtype.is_float:
+        quotient = (a - a % b) * b.reciprocal()
+        return quotient - quotient % 1 + (quotient % 1).ge(0.5)  # round the exact quotient
+    exact = (a - a % b).cast(float32) * b.cast(float32).reciprocal() + 0.5
+    return (exact - exact % 1).cast(a.dtype)
 
 
 def _power_by_squaring(base: GraphTensor, n: int) -> GraphTensor:

@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from luminal.dtype import DType, promote
 from luminal.errors import ShapeError
 from luminal.hl.movement import normalize_axis
+from luminal.shape.expr import ZERO, Expr
 
 if TYPE_CHECKING:
     from luminal.tensor import GraphTensor
@@ -23,32 +25,31 @@ def concat(tensors: Sequence[GraphTensor], axis: int = 0) -> GraphTensor:
     a = normalize_axis(axis, first.ndim, "concat", first._shape_text())
     dtype = first.dtype
     for t in tensors[1:]:
-        same_rank = t.ndim == first.ndim
-        if not same_rank or any(
-            i != a and x != y for i, (x, y) in enumerate(zip(t.view.shape, first.view.shape, strict=False))
-        ):
+        others = [d for i, d in enumerate(t.view.shape) if i != a]
+        if t.ndim != first.ndim or others != [d for i, d in enumerate(first.view.shape) if i != a]:
             shapes = ", ".join(x._shape_text() for x in tensors)
             raise ShapeError(f"concat: shapes {shapes} differ outside axis {axis}")
-        if t.dtype != dtype:
-            from luminal.dtype import promote
+        dtype = promote(dtype, t.dtype)
+    if len(tensors) == 1:
+        return tensors[0].cast(dtype)
+    if dtype == DType.bool:  # padded pieces are added, which bool does not do
+        return concat([t.cast(DType.int32) for t in tensors], axis).cast(DType.bool)
+    return _join([t.cast(dtype) for t in tensors], a)
 
-            dtype = promote(dtype, t.dtype)
-    tensors = [t.cast(dtype) for t in tensors]
+
+def _join(tensors: list[GraphTensor], axis: int) -> GraphTensor:
+    """Concatenate validated tensors of one dtype: each half is joined on its own, then
+    the two are padded to the full length and added, so every element is copied
+    O(log n) times rather than once per tensor."""
     if len(tensors) == 1:
         return tensors[0]
-    total = tensors[0].view.shape[a] * 0
-    for t in tensors:
-        total = total + t.view.shape[a]
-    result = None
-    before = total * 0
-    for t in tensors:
-        after = total - before - t.view.shape[a]
-        padding = [None] * t.ndim
-        padding[a] = (before, after)
-        piece = t.pad(padding)
-        result = piece if result is None else result + piece
-        before = before + t.view.shape[a]
-    return result  # type: ignore[return-value]
+    middle = len(tensors) // 2
+    left, right = _join(tensors[:middle], axis), _join(tensors[middle:], axis)
+    left_size, right_size = left.view.shape[axis], right.view.shape[axis]
+    before: list[tuple[Expr, Expr] | None] = [None] * left.ndim
+    after: list[tuple[Expr, Expr] | None] = [None] * left.ndim
+    before[axis], after[axis] = (ZERO, right_size), (left_size, ZERO)
+    return left.pad(before) + right.pad(after)
 
 
 def stack(tensors: Sequence[GraphTensor], axis: int = 0) -> GraphTensor:

@@ -19,20 +19,16 @@ if TYPE_CHECKING:
 class MatmulOps:
     def matmul(self: GraphTensor, other: GraphTensor) -> GraphTensor:
         """numpy/PyTorch matmul semantics for 1-D to 5-D operands with batch broadcasting."""
+        from luminal.tensor import GraphTensor
+
+        if not isinstance(other, GraphTensor):
+            raise TypeError(f"matmul: the other operand must be a GraphTensor, got {other!r}")
         a, b = self, other
+        text = f"{self._shape_text()} @ {other._shape_text()}"
         if a.ndim == 0 or b.ndim == 0:
-            raise ShapeError(
-                f"matmul: operands must have at least one dim, got {a._shape_text()} "
-                f"and {b._shape_text()}"
-            )
+            raise ShapeError(f"matmul: operands must have at least one dim, got {text}")
         if a.ndim > 5 or b.ndim > 5:
-            raise ShapeError(
-                f"matmul: supports up to 5-D operands, got {a._shape_text()} @ {b._shape_text()}"
-            )
-        dtype = promote(a.dtype, b.dtype)
-        if dtype == DType.bool:
-            dtype = DType.int32
-        a, b = a.cast(dtype), b.cast(dtype)
+            raise ShapeError(f"matmul: supports up to 5-D operands, got {text}")
         squeeze_first = a.ndim == 1
         squeeze_last = b.ndim == 1
         if squeeze_first:
@@ -43,10 +39,17 @@ class MatmulOps:
         k2, n = b.view.shape[-2:]
         if k != k2:
             raise ShapeError(
-                f"matmul: inner dims differ: {self._shape_text()} @ {other._shape_text()} "
+                f"matmul: inner dims differ: {text} "
                 f"(expected a.shape[-1] == b.shape[-2], got {k} and {k2})"
             )
-        batch = broadcast_shapes(a.view.shape[:-2], b.view.shape[:-2], "matmul")
+        try:
+            batch = broadcast_shapes(a.view.shape[:-2], b.view.shape[:-2], "matmul")
+        except ShapeError:
+            raise ShapeError(f"matmul: batch dims of {text} cannot be broadcast together") from None
+        dtype = promote(a.dtype, b.dtype)
+        if dtype == DType.bool:
+            dtype = DType.int32
+        a, b = a.cast(dtype), b.cast(dtype)
         # a: (..., m, k) -> (..., m, n, k);  b: (..., k, n) -> (..., n, k) -> (..., m, n, k)
         a_full = a.expand(batch + (m, k)).expand_dim(-2, n)
         b_full = b.expand(batch + (k, n)).transpose(-1, -2).expand_dim(-3, m)
@@ -54,17 +57,19 @@ class MatmulOps:
         if squeeze_last:
             result = result.squeeze(-1)
         if squeeze_first:
-            result = result.squeeze(-2 if squeeze_last is False else -1)
+            result = result.squeeze(-1 if squeeze_last else -2)
         return result
 
-    __matmul__ = matmul
+    def __matmul__(self: GraphTensor, other: GraphTensor) -> GraphTensor:
+        from luminal.tensor import GraphTensor
 
-    def __rmatmul__(self: GraphTensor, other: GraphTensor) -> GraphTensor:
-        return other.matmul(self)
+        if not isinstance(other, GraphTensor):
+            return NotImplemented  # type: ignore[return-value]
+        return self.matmul(other)
 
     def dot(self: GraphTensor, other: GraphTensor) -> GraphTensor:
         """Inner product of two 1-D tensors, or matmul for higher ranks."""
-        if self.ndim == 1 and other.ndim == 1:
+        if self.ndim == 1 and getattr(other, "ndim", None) == 1:
             if self.view.shape != other.view.shape:
                 raise ShapeError(
                     f"dot: 1-D operands must match, got {self._shape_text()} and "

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from luminal import ops
+from luminal.dtype import DType
 from luminal.errors import ShapeError
 from luminal.shape.expr import ZERO, Expr, ExprLike, sym
 from luminal.shape.tracker import ShapeTracker
@@ -16,8 +18,9 @@ if TYPE_CHECKING:
 
 def normalize_axis(axis: int, ndim: int, op: str, shape_text: str) -> int:
     """A non-negative axis, or ShapeError naming the op and shape."""
-    if not isinstance(axis, int):
+    if not isinstance(axis, numbers.Integral) or isinstance(axis, bool):
         raise ShapeError(f"{op}: axis must be an int, got {axis!r}")
+    axis = int(axis)
     if not -ndim <= axis < ndim:
         raise ShapeError(f"{op}: axis {axis} is out of range for shape {shape_text} ({ndim} dims)")
     return axis % ndim
@@ -27,7 +30,7 @@ def normalize_axes(axes: Any, ndim: int, op: str, shape_text: str) -> tuple[int,
     """Axes as a sorted tuple of distinct non-negative ints (None: all axes)."""
     if axes is None:
         return tuple(range(ndim))
-    if isinstance(axes, int):
+    if isinstance(axes, numbers.Integral):
         axes = (axes,)
     result = tuple(sorted({normalize_axis(a, ndim, op, shape_text) for a in axes}))
     if len(result) != len(tuple(axes)):
@@ -57,11 +60,13 @@ class MovementOps:
     # ---------------------------------------------------------------- permutes
     def permute(self: GraphTensor, *axes: Any) -> GraphTensor:
         """Reorder dims: `x.permute(1, 0)` or `x.permute((1, 0))`."""
-        if len(axes) == 1 and not isinstance(axes[0], int):
+        if len(axes) == 1 and not isinstance(axes[0], numbers.Integral):
             axes = tuple(axes[0])
         text = self._shape_text()
         if len(axes) != self.ndim:
-            raise ShapeError(f"permute: {axes} does not name each of the {self.ndim} dims of {text}")
+            raise ShapeError(
+                f"permute: {axes} does not name each of the {self.ndim} dims of {text}"
+            )
         norm = tuple(normalize_axis(a, self.ndim, "permute", text) for a in axes)
         if sorted(norm) != list(range(self.ndim)):
             raise ShapeError(f"permute: {axes} is not a permutation of the dims of {text}")
@@ -85,12 +90,12 @@ class MovementOps:
     # ---------------------------------------------------------------- reshapes
     def reshape(self: GraphTensor, *shape: Any) -> GraphTensor:
         """Same elements in row-major order with a new shape; one dim may be -1."""
-        if len(shape) == 1 and not isinstance(shape[0], int | str | Expr):
+        if len(shape) == 1 and not isinstance(shape[0], numbers.Integral | str | Expr):
             shape = tuple(shape[0])
         total = self.view.n_elements()
         dims: list[Expr | None] = []
         for d in shape:
-            if isinstance(d, int) and d == -1:
+            if isinstance(d, numbers.Integral) and d == -1:
                 dims.append(None)
             else:
                 dims.append(sym(d))
@@ -164,7 +169,9 @@ class MovementOps:
             axes = list(normalize_axes(axis, self.ndim, "squeeze", text))
             for a in axes:
                 if self.view.shape[a] != 1:
-                    raise ShapeError(f"squeeze: dim {a} of {text} has size {self.view.shape[a]}, not 1")
+                    raise ShapeError(
+                        f"squeeze: dim {a} of {text} has size {self.view.shape[a]}, not 1"
+                    )
         if not axes:
             return self
         shape = tuple(d for i, d in enumerate(self.view.shape) if i not in axes)
@@ -179,13 +186,13 @@ class MovementOps:
     def expand(self: GraphTensor, *shape: Any) -> GraphTensor:
         """Broadcast to `shape` (numpy rules: new leading dims, size-1 dims stretch;
         -1 keeps a dim)."""
-        if len(shape) == 1 and not isinstance(shape[0], int | str | Expr):
+        if len(shape) == 1 and not isinstance(shape[0], numbers.Integral | str | Expr):
             shape = tuple(shape[0])
         target = list(shape)
         if len(target) < self.ndim:
             raise ShapeError(f"expand: cannot expand {self._shape_text()} to {tuple(shape)}")
         lead = len(target) - self.ndim
-        dims = [sym(d) if not (isinstance(d, int) and d == -1) else None for d in target]
+        dims = [None if isinstance(d, numbers.Integral) and d == -1 else sym(d) for d in target]
         for i, own in enumerate(self.view.shape):
             want = dims[lead + i]
             if want is None:
@@ -265,7 +272,9 @@ class MovementOps:
         padded = self._with_view(self.view.pad(pairs))
         if value == 0:
             return padded
-        fill = _finite(value, self.dtype) if self.dtype.is_float else int(value)
+        if self.dtype == DType.bool:  # fill in int32, then back to 0/1
+            return self.cast(DType.int32).pad(padding, value).cast(DType.bool)
+        fill = _finite(value, self.dtype)
         ones = self.graph.constant(1, self.dtype).expand(self.view.shape)
         outside = 1 - ones._with_view(ones.view.pad(pairs))
         return padded + outside * fill
@@ -320,7 +329,7 @@ class MovementOps:
             if isinstance(k, slice):
                 ranges.append(k)
                 out_axis += 1
-            elif isinstance(k, int | Expr) and not isinstance(k, bool):
+            elif isinstance(k, numbers.Integral | Expr) and not isinstance(k, bool):
                 dim = self.view.shape[axis]
                 index = sym(k)
                 known, size = index.as_int(), dim.as_int()
@@ -333,9 +342,7 @@ class MovementOps:
                 ranges.append((index, index + 1, 1))
                 drop.append(axis)
             else:
-                raise ShapeError(
-                    f"index: unsupported index {k!r}; use gather() for tensor indices"
-                )
+                raise ShapeError(f"index: unsupported index {k!r}; use gather() for tensor indices")
         result = self.slice(ranges)
         if drop:
             result = result.reshape(
@@ -347,7 +354,13 @@ class MovementOps:
 
     def gather(self: GraphTensor, indices: GraphTensor) -> GraphTensor:
         """Rows of this table at `indices` (int32): shape indices.shape + self.shape[1:]."""
-        return self.graph.add_node(ops.Gather(), [self, indices.cast("int32")])
+        from luminal.tensor import GraphTensor
+
+        if not isinstance(indices, GraphTensor):
+            raise TypeError(f"gather: indices must be a GraphTensor, got {indices!r}")
+        if self.ndim == 0:
+            raise ShapeError("gather: the table must have at least one dim, got a scalar")
+        return self.graph.add_node(ops.Gather(), [self, indices.cast(DType.int32)])
 
 
 def _product(dims: Sequence[Expr]) -> Expr:
@@ -357,17 +370,17 @@ def _product(dims: Sequence[Expr]) -> Expr:
     return total
 
 
-def _finite(value: float, dtype: Any) -> float:
+def _finite(value: float, dtype: DType) -> float | int:
+    """`value` clamped to the dtype's finite range (the fill is multiplied by a 0/1 mask,
+    and inf * 0 would be NaN); integer dtypes take the integer part."""
+    import ml_dtypes
     import numpy as np
 
-    if np.isinf(value) and dtype.is_float:
-        limit = float(np.finfo(np.float16 if dtype.value == "float16" else np.float32).max)
-        if dtype.value == "bfloat16":
-            import ml_dtypes
-
-            limit = float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)
-        return limit if value > 0 else -limit
-    return value
+    if not dtype.is_float:
+        info = np.iinfo(np.int32)
+        return int(min(max(value, info.min), info.max))
+    limit = float(ml_dtypes.finfo(dtype.numpy).max)
+    return min(max(value, -limit), limit)
 
 
 def _slice_bounds(

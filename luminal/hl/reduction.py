@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING, Any
 
 from luminal import ops
 from luminal.dtype import DType, float32, int32
+from luminal.hl.binary import not_nan
+from luminal.hl.combine import concat
 from luminal.hl.movement import normalize_axes
 
 if TYPE_CHECKING:
@@ -15,7 +17,9 @@ Axes = Any  # int | tuple[int, ...] | None (all axes)
 
 
 class ReductionOps:
-    def _reduce(self: GraphTensor, op_type: type, axes: Axes, keepdim: bool, name: str) -> GraphTensor:
+    def _reduce(
+        self: GraphTensor, op_type: type, axes: Axes, keepdim: bool, name: str
+    ) -> GraphTensor:
         """Apply a single-axis primitive reduction to each axis, innermost first."""
         norm = normalize_axes(axes, self.ndim, name, self._shape_text())
         result = self if self.dtype != DType.bool else self.cast(int32)
@@ -43,7 +47,9 @@ class ReductionOps:
 
     def min(self: GraphTensor, axes: Axes = None, keepdim: bool = False) -> GraphTensor:
         """Minimum over `axes`."""
-        return -((-self)._reduce(ops.MaxReduce, axes, keepdim, "min"))
+        normalize_axes(axes, self.ndim, "min", self._shape_text())  # before adding nodes
+        x = self if self.dtype != DType.bool else self.cast(int32)
+        return -((-x)._reduce(ops.MaxReduce, axes, keepdim, "min"))
 
     def mean(self: GraphTensor, axes: Axes = None, keepdim: bool = False) -> GraphTensor:
         """Arithmetic mean over `axes`."""
@@ -92,9 +98,7 @@ class ReductionOps:
                 result = result.unsqueeze(axis)
         return result
 
-    def argmax(
-        self: GraphTensor, axis: int | None = None, keepdim: bool = False
-    ) -> GraphTensor:
+    def argmax(self: GraphTensor, axis: int | None = None, keepdim: bool = False) -> GraphTensor:
         """Index (int32) of the first maximum along `axis`; with no axis, of the flattened
         tensor (torch.argmax)."""
         if axis is None:
@@ -103,7 +107,8 @@ class ReductionOps:
         (norm,) = normalize_axes(axis, self.ndim, "argmax", self._shape_text())
         size = self.view.shape[norm]
         x = self if self.dtype.is_float else self.cast(float32)
-        is_max = x.eq(x.max(norm, keepdim=True))
+        # maxima, and NaN wherever it is (torch.argmax points at the first NaN)
+        is_max = x.eq(x.max(norm, keepdim=True)) + (1 - not_nan(x))
         shape = [1] * self.ndim
         shape[norm] = size
         positions = self.graph.arange(size).cast(x.dtype).reshape(shape).expand(x.view.shape)
@@ -112,9 +117,7 @@ class ReductionOps:
         first = self._count(norm, x.dtype) - score.max(norm, keepdim)
         return first.cast(int32)
 
-    def argmin(
-        self: GraphTensor, axis: int | None = None, keepdim: bool = False
-    ) -> GraphTensor:
+    def argmin(self: GraphTensor, axis: int | None = None, keepdim: bool = False) -> GraphTensor:
         """Index (int32) of the first minimum along `axis` (flattened when None)."""
         x = self if self.dtype.is_float else self.cast(float32)
         return (-x).argmax(axis, keepdim)
@@ -130,8 +133,6 @@ def _tree_prod(x: GraphTensor, size: int) -> GraphTensor:
         half = size // 2
         product = x.slice(lead + [(0, half)]) * x.slice(lead + [(half, 2 * half)])
         if size % 2:
-            from luminal.hl.combine import concat
-
             product = concat([product, x.slice(lead + [(2 * half, size)])], -1)
         x, size = product, half + size % 2
     return x.squeeze(-1)

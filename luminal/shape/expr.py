@@ -18,18 +18,15 @@ from __future__ import annotations
 
 import math
 import numbers
-import operator
 from collections.abc import Callable, Iterable, Mapping
 from typing import Union
 
 from luminal.errors import ShapeError
+from luminal.shape.atoms import BOOLEAN_OPS, Interval, atom_bounds, evaluate_atom, interval_mul
+from luminal.shape.atoms import render as _render
 
 Term = tuple[tuple["Atom", ...], int]
 ExprLike = Union["Expr", int, str]
-Interval = tuple[float, float]  # inclusive; finite ends are ints, unknown ends are +-inf
-
-_INF = math.inf
-_BOOLEAN_OPS = ("lt", "ge", "and", "or")
 
 
 class Atom:
@@ -105,7 +102,7 @@ class Expr:
         value = self.as_int()
         if value is not None:
             return value in (0, 1)
-        return _single_atom(self) is not None and _single_atom(self).op in _BOOLEAN_OPS
+        return _single_atom(self) is not None and _single_atom(self).op in BOOLEAN_OPS
 
     def bounds(self) -> Interval:
         """Inclusive interval (lo, hi) containing every value; infinities when unknown."""
@@ -114,7 +111,7 @@ class Expr:
         for mono, coef in self.terms:
             interval: Interval = (coef, coef)
             for atom in mono:
-                interval = _interval_mul(interval, _atom_bounds(atom))
+                interval = interval_mul(interval, atom_bounds(atom))
             lo_total += interval[0]
             hi_total += interval[1]
         return lo_total, hi_total
@@ -127,10 +124,6 @@ class Expr:
             return self.terms == other.terms
         return NotImplemented
 
-    def __ne__(self, other: object) -> bool:
-        result = self.__eq__(other)
-        return result if result is NotImplemented else not result
-
     def __hash__(self) -> int:
         if self._hash is None:
             value = self.as_int()
@@ -141,14 +134,13 @@ class Expr:
     def __add__(self, other: ExprLike) -> Expr:
         return _add(self, sym(other))
 
-    def __radd__(self, other: ExprLike) -> Expr:
-        return _add(sym(other), self)
-
     def __sub__(self, other: ExprLike) -> Expr:
         return _add(self, _scale(sym(other), -1))
 
     def __rsub__(self, other: ExprLike) -> Expr:
         return _add(sym(other), _scale(self, -1))
+
+    __radd__ = __add__  # canonical sums and products do not depend on operand order
 
     def __neg__(self) -> Expr:
         return _scale(self, -1)
@@ -156,8 +148,7 @@ class Expr:
     def __mul__(self, other: ExprLike) -> Expr:
         return _mul(self, sym(other))
 
-    def __rmul__(self, other: ExprLike) -> Expr:
-        return _mul(sym(other), self)
+    __rmul__ = __mul__
 
     def __floordiv__(self, other: ExprLike) -> Expr:
         return floordiv(self, other)
@@ -203,7 +194,7 @@ class Expr:
         for mono, coef in self.terms:
             term = coef
             for atom in mono:
-                term *= _evaluate_atom(atom, env)
+                term *= evaluate_atom(atom, env)
             total += term
         return total
 
@@ -369,7 +360,7 @@ def _split_by_constant(a: Expr, divisor: int, reduce_all: bool) -> tuple[Expr, E
 def _split_by_term(a: Expr, divisor: Expr) -> tuple[Expr, Expr]:
     """a = divisor * quotient + rest exactly, for a single-term divisor `k*m`: the terms
     of `a` that are multiples of it go to the quotient."""
-    (mono, k), = divisor.terms
+    ((mono, k),) = divisor.terms
     quotient: dict[tuple[Atom, ...], int] = {}
     rest: dict[tuple[Atom, ...], int] = {}
     for term_mono, coef in a.terms:
@@ -401,7 +392,7 @@ def floordiv(a: ExprLike, b: ExprLike) -> Expr:
         if quotient.terms:
             return _add(quotient, floordiv(rest, b))
     lo, hi = a.bounds()
-    if 0 <= lo and hi < max(b.bounds()[0], 1):
+    if lo >= 0 and hi < max(b.bounds()[0], 1):
         return ZERO
     return _atom_expr("floordiv", a, b)
 
@@ -423,7 +414,7 @@ def _floordiv_by_constant(a: Expr, divisor: int) -> Expr:
     if quotient.terms:
         return _add(quotient, _floordiv_by_constant(rest, divisor))
     lo, hi = a.bounds()
-    if 0 <= lo and hi < divisor:
+    if lo >= 0 and hi < divisor:
         return ZERO
     inner = _single_atom(a, "floordiv")
     if inner is not None and inner.args[1].as_int() is not None:
@@ -446,7 +437,7 @@ def mod(a: ExprLike, b: ExprLike) -> Expr:
         if not rest.terms:
             return ZERO
     lo, hi = rest.bounds()
-    if 0 <= lo and hi < max(b.bounds()[0], 1):
+    if lo >= 0 and hi < max(b.bounds()[0], 1):
         return rest
     return _atom_expr("mod", rest, b)
 
@@ -465,7 +456,7 @@ def _mod_by_constant(a: Expr, divisor: int) -> Expr:
     if g > 1:  # (g*x) % (g*d) == g * (x % d)
         return _scale(_mod_by_constant(_scale_exact(rest, g), divisor // g), g)
     lo, hi = rest.bounds()
-    if 0 <= lo and hi < divisor:
+    if lo >= 0 and hi < divisor:
         return rest
     inner = _single_atom(rest, "mod")
     if inner is not None:
@@ -482,29 +473,21 @@ def ceildiv(a: ExprLike, b: ExprLike) -> Expr:
     return floordiv(a + b - 1, b)
 
 
-def _ordered(a: Expr, b: Expr) -> int | None:
-    """-1 if a <= b always, 1 if a >= b always, None when unknown."""
-    lo, hi = (a - b).bounds()
-    if hi <= 0:
-        return -1
-    if lo >= 0:
-        return 1
-    return None
-
-
 def minimum(a: ExprLike, b: ExprLike) -> Expr:
+    """The smaller of a and b."""
     a, b = sym(a), sym(b)
-    order = _ordered(a, b)
-    if order is not None:
-        return a if order < 0 else b
+    lo, hi = (a - b).bounds()
+    if hi <= 0 or lo >= 0:
+        return a if hi <= 0 else b
     return _atom_expr("min", *sorted((a, b), key=str))
 
 
 def maximum(a: ExprLike, b: ExprLike) -> Expr:
+    """The larger of a and b."""
     a, b = sym(a), sym(b)
-    order = _ordered(a, b)
-    if order is not None:
-        return b if order < 0 else a
+    lo, hi = (a - b).bounds()
+    if hi <= 0 or lo >= 0:
+        return b if hi <= 0 else a
     return _atom_expr("max", *sorted((a, b), key=str))
 
 
@@ -512,10 +495,8 @@ def less_than(a: ExprLike, b: ExprLike) -> Expr:
     """1 if a < b else 0."""
     a, b = sym(a), sym(b)
     lo, hi = (a - b).bounds()
-    if hi < 0:
-        return ONE
-    if lo >= 0:
-        return ZERO
+    if hi < 0 or lo >= 0:
+        return ONE if hi < 0 else ZERO
     return _atom_expr("lt", a, b)
 
 
@@ -523,10 +504,8 @@ def greater_equal(a: ExprLike, b: ExprLike) -> Expr:
     """1 if a >= b else 0."""
     a, b = sym(a), sym(b)
     lo, hi = (a - b).bounds()
-    if lo >= 0:
-        return ONE
-    if hi < 0:
-        return ZERO
+    if hi < 0 or lo >= 0:
+        return ONE if lo >= 0 else ZERO
     return _atom_expr("ge", a, b)
 
 
@@ -550,26 +529,24 @@ def _as_boolean(a: Expr) -> Expr:
 
 def logical_and(a: ExprLike, b: ExprLike) -> Expr:
     """1 if both are non-zero else 0."""
-    a, b = sym(a), sym(b)
-    for x, y in ((a, b), (b, a)):
-        truth = _truth(x)
-        if truth is not None:
-            return _as_boolean(y) if truth else ZERO
-    if a == b:
-        return _as_boolean(a)
-    return _atom_expr("and", *sorted((a, b), key=str))
+    return _logical("and", sym(a), sym(b))
 
 
 def logical_or(a: ExprLike, b: ExprLike) -> Expr:
     """1 if either is non-zero else 0."""
-    a, b = sym(a), sym(b)
+    return _logical("or", sym(a), sym(b))
+
+
+def _logical(op: str, a: Expr, b: Expr) -> Expr:
+    """Folded where one side's truth is known, else an atom with sorted operands."""
+    decisive = op == "or"  # the operand truth that decides the result on its own
     for x, y in ((a, b), (b, a)):
         truth = _truth(x)
         if truth is not None:
-            return ONE if truth else _as_boolean(y)
+            return const(int(decisive)) if truth == decisive else _as_boolean(y)
     if a == b:
         return _as_boolean(a)
-    return _atom_expr("or", *sorted((a, b), key=str))
+    return _atom_expr(op, *sorted((a, b), key=str))
 
 
 def product(values: Iterable[ExprLike]) -> Expr:
@@ -580,7 +557,7 @@ def product(values: Iterable[ExprLike]) -> Expr:
 
 
 # ---------------------------------------------------------------------------
-# per-atom rules: rebuild, evaluate, bound, render
+# rebuilding an atom after substitution (evaluation, bounds, printing: atoms.py)
 # ---------------------------------------------------------------------------
 
 _BUILDERS: dict[str, Callable[[Expr, Expr], Expr]] = {
@@ -594,116 +571,9 @@ _BUILDERS: dict[str, Callable[[Expr, Expr], Expr]] = {
     "or": logical_or,
 }
 
-_EVALUATORS: dict[str, Callable[[int, int], int]] = {
-    "floordiv": operator.floordiv,
-    "mod": operator.mod,
-    "min": min,
-    "max": max,
-    "lt": lambda a, b: int(a < b),
-    "ge": lambda a, b: int(a >= b),
-    "and": lambda a, b: int(a != 0 and b != 0),
-    "or": lambda a, b: int(a != 0 or b != 0),
-}
-
 
 def _substitute_atom(atom: Atom, mapping: Mapping[str, Expr]) -> Expr:
     if atom.op == "var":
         replacement = mapping.get(atom.args[0])
         return replacement if replacement is not None else Expr((((atom,), 1),))
     return _BUILDERS[atom.op](*(arg._substitute(mapping) for arg in atom.args))
-
-
-def _evaluate_atom(atom: Atom, env: Mapping[str, int]) -> int:
-    if atom.op == "var":
-        name = atom.args[0]
-        try:
-            return int(env[name])
-        except KeyError:
-            raise ShapeError(
-                f"symbolic dimension {name!r} has no value; set it with "
-                f"Graph.set_dim({name!r}, size) or by setting an input that uses it"
-            ) from None
-    a = atom.args[0].evaluate(env)
-    b = atom.args[1].evaluate(env)
-    if b == 0 and atom.op in ("floordiv", "mod"):
-        raise ShapeError(f"division by zero evaluating {atom.key}")
-    return _EVALUATORS[atom.op](a, b)
-
-
-def _interval_mul(a: Interval, b: Interval) -> Interval:
-    products = [0 if x == 0 or y == 0 else x * y for x in a for y in b]
-    return min(products), max(products)
-
-
-def _div_bound(x: float, y: float) -> float:
-    """floor(x / y) for y > 0, where either may be infinite."""
-    if math.isinf(x):
-        return x
-    if math.isinf(y):
-        return 0 if x >= 0 else -1
-    return x // y
-
-
-def _atom_bounds(atom: Atom) -> Interval:
-    op = atom.op
-    if op == "var":
-        return 0, (atom.upper if atom.upper is not None else _INF)
-    if op in _BOOLEAN_OPS:
-        return 0, 1
-    a_lo, a_hi = atom.args[0].bounds()
-    b_lo, b_hi = atom.args[1].bounds()
-    if op == "min":
-        return min(a_lo, b_lo), min(a_hi, b_hi)
-    if op == "max":
-        return max(a_lo, b_lo), max(a_hi, b_hi)
-    b_lo = max(b_lo, 1)  # divisors are positive (negative constants are folded away)
-    if op == "mod":
-        if a_lo >= 0:
-            return (a_lo, a_hi) if a_hi < b_lo else (0, min(a_hi, b_hi - 1))
-        return 0, b_hi - 1
-    # floordiv grows with a; it shrinks with b where a >= 0 and grows where a < 0
-    lo = _div_bound(a_lo, b_lo if a_lo < 0 else b_hi)
-    hi = _div_bound(a_hi, b_hi if a_hi < 0 else b_lo)
-    return lo, hi
-
-
-_INFIX = {"floordiv": "//", "mod": "%", "lt": "<", "ge": ">=", "and": "and", "or": "or"}
-_C_INFIX = {**_INFIX, "floordiv": "/", "and": "&&", "or": "||"}
-
-
-def _render_atom(atom: Atom, c_syntax: bool, bare: bool = False) -> str:
-    if atom.op == "var":
-        return atom.args[0]
-    a = _render(atom.args[0], c_syntax)
-    b = _render(atom.args[1], c_syntax)
-    if atom.op in ("min", "max"):
-        if not c_syntax:
-            return f"{atom.op}({a}, {b})"
-        sign = "<" if atom.op == "min" else ">"
-        return f"({a} {sign} {b} ? {a} : {b})"
-    if c_syntax and atom.op in ("floordiv", "mod") and atom.args[0].bounds()[0] < 0:
-        # C's / and % truncate toward zero; rebuild floor semantics (divisor > 0)
-        if atom.op == "floordiv":
-            return f"({a} >= 0 ? {a} / {b} : ({a} + 1) / {b} - 1)"
-        return f"(({a} % {b} + {b}) % {b})"
-    text = f"{a} {(_C_INFIX if c_syntax else _INFIX)[atom.op]} {b}"
-    return text if bare else f"({text})"
-
-
-def _render(expr: Expr, c_syntax: bool, top: bool = False) -> str:
-    """Coefficients first (`2*a + 1`); sums and infix atoms are parenthesised unless
-    they are the whole (`top`) expression."""
-    if not expr.terms:
-        return "0"
-    bare = top and len(expr.terms) == 1
-    out = ""
-    for i, (mono, coef) in enumerate(expr.terms):
-        factors = [_render_atom(a, c_syntax, bare and coef == 1 and len(mono) == 1) for a in mono]
-        if abs(coef) != 1 or not factors:
-            factors.insert(0, str(abs(coef)))
-        text = "*".join(factors)
-        if i == 0:
-            out = ("-" if coef < 0 else "") + text
-        else:
-            out += (" - " if coef < 0 else " + ") + text
-    return out if top or len(expr.terms) == 1 else f"({out})"

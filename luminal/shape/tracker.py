@@ -160,10 +160,17 @@ class ShapeTracker:
             if len(indices) != self.ndim:
                 raise ValueError(f"expected {self.ndim} indices, got {len(indices)}")
             return [sym(i) for i in indices]
-        flat = var("z")
+        # the flat index z runs over [0, n_elements), so the outermost dim needs no modulo
+        total = self.n_elements().as_int()
+        flat = var("z", upper=total - 1 if total is not None and total > 0 else None)
         out: list[Expr] = []
+        outermost = True
         for dim, stride in zip(self.shape, contiguous_strides(self.shape), strict=True):
-            out.append((flat // stride) % dim if dim != 1 else ZERO)
+            if dim == 1:
+                out.append(ZERO)
+                continue
+            out.append(flat // stride if outermost else (flat // stride) % dim)
+            outermost = False
         return out
 
     def evaluate(self, env: dict[str, int]) -> ConcreteView:

@@ -28,6 +28,7 @@ ARITHMETIC = {
     "mul": operator.mul,
     "truediv": operator.truediv,
     "mod": operator.mod,
+    "floordiv": operator.floordiv,
 }
 
 
@@ -57,7 +58,7 @@ def _nonzero_ints(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarra
 def test_arithmetic_broadcasts_like_torch(rng, name, shape_a, shape_b):
     fn = ARITHMETIC[name]
     a = uniform(rng, shape_a)
-    b = _nonzero(rng, shape_b) if name in ("truediv", "mod") else uniform(rng, shape_b)
+    b = _nonzero(rng, shape_b) if name in ("truediv", "mod", "floordiv") else uniform(rng, shape_b)
     (ours,) = run(fn, a, b)
     assert_matches_torch(ours, fn(_t(a), _t(b)))
 
@@ -110,10 +111,11 @@ def test_remainder_follows_the_divisor_sign():
     for divisor in (2.0, -2.0, 0.75, -0.75):
         (ours,) = run(lambda x, d=divisor: x % d, a)
         assert_matches_torch(ours, torch.remainder(_t(a), divisor))
-    ints = np.array([-7, -4, -1, 0, 1, 4, 7], np.int32)
+    ints = np.array([-7, -6, -4, -1, 0, 1, 4, 6, 7], np.int32)
     for divisor in (3, -3):
-        (ours,) = run(lambda x, d=divisor: x % d, ints)
-        assert_matches_torch(ours, torch.remainder(_t(ints), divisor))
+        remainder, quotient = run(lambda x, d=divisor: [x % d, x // d], ints)
+        assert_matches_torch(remainder, torch.remainder(_t(ints), divisor))
+        assert_matches_torch(quotient, torch.floor_divide(_t(ints), divisor))
 
 
 def test_negation(rng):
@@ -158,7 +160,9 @@ def test_bool_tensors_compute_as_int32():
 
 
 # ---------------------------------------------------------------- pow
-@pytest.mark.parametrize("exponent", [0, 1, 2, 3, -1, -2, 5, 17, -3, 0.5, 1.5, -0.5, 2.25, 3.0])
+@pytest.mark.parametrize(
+    "exponent", [0, 1, 2, 3, -1, -2, 5, 17, -3, 65, -67, 100.0, 0.5, 1.5, -0.5, 2.25, 3.0]
+)
 def test_pow_scalar_exponents(rng, exponent):
     a = uniform(rng, (4, 5))
     a[0, :3] = [0.0, -1.0, 1.0]
@@ -254,9 +258,10 @@ def test_comparisons_on_int32_and_mixed(rng, name):
 
 def test_reflected_comparisons_with_scalars(rng):
     a = _with_ties(rng, (6,))
-    outs = run(lambda x: [1.0 < x, 1.0 > x, 1.0 <= x, 1.0 >= x], a)
+    outs = run(lambda x: [1.0 < x, 1.0 > x, 1.0 <= x, 1.0 >= x], a)  # noqa: SIM300
     t = _t(a)
-    for ours, expected in zip(outs, [1.0 < t, 1.0 > t, 1.0 <= t, 1.0 >= t], strict=True):
+    expected_all = [1.0 < t, 1.0 > t, 1.0 <= t, 1.0 >= t]  # noqa: SIM300
+    for ours, expected in zip(outs, expected_all, strict=True):
         assert_matches_torch(ours, expected, check_dtype=False)
 
 
@@ -358,3 +363,30 @@ def test_pow_zero_exponent_is_one_everywhere():
     a = np.array([0.0, -2.0, 1.5, np.inf], np.float32)
     (ours,) = run(lambda x: x**0, a)
     assert_matches_torch(ours, _t(a) ** 0)
+
+
+def test_comparisons_with_nan_follow_ieee():
+    a = np.array([np.nan, np.nan, 1.0, -np.inf, np.inf, 0.0], np.float32)
+    b = np.array([np.nan, 1.0, np.nan, np.nan, 2.0, 0.0], np.float32)
+    names = ["lt", "gt", "le", "ge", "eq", "ne"]
+    outs = run(lambda x, y: [getattr(x, n)(y) for n in names] + [x.le(0.5), x.ne(np.nan)], a, b)
+    ta, tb = _t(a), _t(b)
+    expected = [getattr(torch, n)(ta, tb) for n in names] + [ta <= 0.5, ta != np.nan]
+    for ours, theirs in zip(outs, expected, strict=True):
+        assert_matches_torch(ours, theirs, check_dtype=False)
+
+
+def test_maximum_minimum_clip_propagate_nan():
+    a = np.array([np.nan, 1.0, np.nan, -1.0], np.float32)
+    b = np.array([0.0, np.nan, np.nan, 2.0], np.float32)
+    outs = run(lambda x, y: [x.maximum(y), x.minimum(y), x.clip(-0.5, 0.5)], a, b)
+    ta, tb = _t(a), _t(b)
+    expected = [torch.maximum(ta, tb), torch.minimum(ta, tb), torch.clamp(ta, -0.5, 0.5)]
+    for ours, theirs in zip(outs, expected, strict=True):
+        assert_matches_torch(ours, theirs)
+
+
+def test_operands_from_two_graphs_raise_graph_error():
+    a, b = lm.Graph().tensor((2,)), lm.Graph().tensor((2,))
+    with pytest.raises(lm.GraphError, match="different graphs"):
+        _ = a + b

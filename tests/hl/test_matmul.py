@@ -42,7 +42,9 @@ def test_matmul_matches_torch(rng, shape_a, shape_b):
         assert_matches_torch(ours, expected)
 
 
-@pytest.mark.parametrize(("shape_a", "shape_b"), [((3,), (3,)), ((4, 3), (3, 5)), ((2, 4, 3), (3,))])
+@pytest.mark.parametrize(
+    ("shape_a", "shape_b"), [((3,), (3,)), ((4, 3), (3, 5)), ((2, 4, 3), (3,))]
+)
 def test_int32_matmul_stays_int32(rng, shape_a, shape_b):
     a = rng.integers(-5, 6, size=shape_a).astype(np.int32)
     b = rng.integers(-5, 6, size=shape_b).astype(np.int32)
@@ -92,6 +94,8 @@ def test_padded_and_expanded_operands(rng):
         lambda x, y: [
             x.pad(((1, 0), (0, 2))) @ x.pad(((0, 3), (0, 0))),
             x @ y.unsqueeze(-1).expand((4, 5)),
+            x.sum(1, keepdim=True).expand((3, 4)) @ x.T,  # broadcast along k on one side
+            x.sum(1, keepdim=True).expand((3, 4)) @ y[:2].unsqueeze(0).expand((4, 2)),  # both
         ],
         a,
         b,
@@ -101,6 +105,8 @@ def test_padded_and_expanded_operands(rng):
     expected = [
         padded @ torch.nn.functional.pad(ta, (0, 0, 0, 3)),
         ta @ tb.unsqueeze(-1).expand(4, 5),
+        ta.sum(1, keepdim=True).expand(3, 4) @ ta.T,
+        ta.sum(1, keepdim=True).expand(3, 4) @ tb[:2].unsqueeze(0).expand(4, 2),
     ]
     for ours, theirs in zip(outs, expected, strict=True):
         assert_matches_torch(ours, theirs)
@@ -125,6 +131,21 @@ def test_incompatible_shapes_raise_shape_error(shape_a, shape_b):
     with pytest.raises(lm.ShapeError, match="matmul|dot"):
         a @ b
     assert cx.num_nodes == before
+
+
+def test_errors_leave_the_graph_untouched_even_with_mixed_dtypes():
+    cx = lm.Graph()
+    a, b = cx.tensor((2, 3), dtype=lm.int32), cx.tensor((4, 5))
+    before = cx.num_nodes
+    with pytest.raises(lm.ShapeError, match=r"matmul.*\(2, 3\) @ \(4, 5\)"):
+        a @ b
+    with pytest.raises(lm.ShapeError, match="batch dims"):
+        cx.tensor((2, 2, 3)) @ cx.tensor((3, 3, 4), dtype=lm.int32)
+    assert cx.num_nodes == before + 2
+    with pytest.raises(TypeError):
+        a @ [[1.0], [2.0], [3.0]]
+    with pytest.raises(TypeError):
+        a.matmul(np.ones((3, 2), np.float32))
 
 
 def test_dot_of_mismatched_vectors_raises():

@@ -426,6 +426,16 @@ def test_indexing_of_views(rng):
     )
 
 
+def test_numpy_integers_work_as_indices_axes_and_dims(rng):
+    a = uniform(rng, (4, 6))
+    i = np.int64(2)
+    _check(
+        lambda x: [x[i], x[:, np.int32(-1)], x.reshape(np.int64(3), 8), x.sum(np.int64(1))],
+        lambda t: [t[2], t[:, -1], t.reshape(3, 8), t.sum(1)],
+        a,
+    )
+
+
 def test_bad_indices_raise():
     cx = lm.Graph()
     x = cx.tensor((3, 4))
@@ -476,7 +486,7 @@ def test_concat_of_views_and_ints(rng):
     a = uniform(rng, (3, 4))
     ints = rng.integers(-5, 5, size=(2, 4)).astype(np.int32)
     _check(
-        lambda x, y: [lm.concat([x.T, x.T[:, :1]], 1), lm.concat([y, y[::-1 + 2]], 0)],
+        lambda x, y: [lm.concat([x.T, x.T[:, :1]], 1), lm.concat([y, y[:: -1 + 2]], 0)],
         lambda x, y: [torch.cat([x.T, x.T[:, :1]], 1), torch.cat([y, y[::1]], 0)],
         a,
         ints,
@@ -487,6 +497,30 @@ def test_concat_of_views_and_ints(rng):
 def test_stack(rng, axis):
     arrays = [uniform(rng, (2, 3)) for _ in range(4)]
     _check(lambda *xs: lm.stack(xs, axis), lambda *ts: torch.stack(ts, axis), *arrays)
+
+
+def test_concat_promotes_dtypes(rng):
+    a = uniform(rng, (2, 3))
+    ints = rng.integers(-5, 5, size=(1, 3)).astype(np.int32)
+    _check(lambda x, y: lm.concat([x, y], 0), lambda x, y: torch.cat([x, y], 0), a, ints)
+
+
+def test_concat_and_stack_many_and_bool(rng):
+    arrays = [uniform(rng, (2, int(n))) for n in rng.integers(1, 4, size=7)]
+    masks = [rng.random((2, 3)) < 0.5 for _ in range(3)]
+    _check(
+        lambda *xs: [lm.concat(xs[:7], -1), lm.concat(xs[7:], 0), lm.stack(xs[7:], 1)],
+        lambda *ts: [torch.cat(ts[:7], -1), torch.cat(ts[7:], 0), torch.stack(ts[7:], 1)],
+        *arrays,
+        *masks,
+    )
+
+
+def test_gather_from_a_three_dim_table(rng):
+    table = uniform(rng, (5, 2, 3))
+    indices = np.array([4, 0, 4, 2], np.int32)
+    (ours,) = run(lambda t, i: t.gather(i), table, indices)
+    assert_matches_torch(ours, torch.from_numpy(table)[torch.from_numpy(indices).long()])
 
 
 def test_concat_and_stack_errors():
@@ -512,6 +546,8 @@ def test_symbolic_batch_rerun_with_new_sizes(rng):
         x.pad(((1, 0), (0, 0)))[:-1].retrieve(),
         x.reshape((-1,)).retrieve(),
         lm.concat([x, x[:, :1]], 1).retrieve(),
+        lm.concat([x, x[1:], x], 0).retrieve(),
+        lm.stack([x, x * 2], 1).retrieve(),
         x.unsqueeze(1).expand((-1, 2, -1)).reshape(("batch", 6)).retrieve(),
     ]
     tw = torch.from_numpy(w.numpy())
@@ -527,6 +563,8 @@ def test_symbolic_batch_rerun_with_new_sizes(rng):
             F.pad(t, (0, 0, 1, 0))[:-1],
             t.reshape(-1),
             torch.cat([t, t[:, :1]], 1),
+            torch.cat([t, t[1:], t], 0),
+            torch.stack([t, t * 2], 1),
             t.unsqueeze(1).expand(-1, 2, -1).reshape(batch, 6),
         ]
         for out, theirs in zip(outputs, expected, strict=True):
@@ -592,3 +630,99 @@ def test_contiguous_copies_only_when_needed(rng):
     x.set(data)
     cx.execute()
     assert_matches_torch(copy.numpy(), torch.from_numpy(data).T.contiguous())
+
+
+def _contiguous_nodes(cx: lm.Graph) -> int:
+    from luminal import ops
+
+    return sum(isinstance(node.op, ops.Contiguous) for node in cx.nodes.values())
+
+
+def test_reshape_copies_only_when_a_view_cannot_express_it():
+    cx = lm.Graph()
+    x = cx.tensor((4, 3, 2))
+    x.reshape((12, 2))
+    x[1:3].reshape((-1,))
+    x.permute(1, 0, 2).reshape((3, 4, 2))
+    x.unsqueeze(1).squeeze(1)
+    x.permute(2, 0, 1).reshape((2, 12))  # (4, 3) keeps its row-major strides
+    assert _contiguous_nodes(cx) == 0
+    x.permute(2, 0, 1).reshape((-1,))
+    x[:, :2].reshape((-1,))
+    x.pad(((1, 0), (0, 0), (0, 0))).reshape((-1,))
+    assert _contiguous_nodes(cx) == 3
+
+
+# ---------------------------------------------------------------- random chains of views
+def _random_movement(rng: np.random.Generator, shape: tuple[int, ...]):
+    """One random movement as (luminal op, numpy op), or None when it does not apply."""
+    ndim = len(shape)
+    kind = rng.choice(["permute", "slice", "pad", "reshape", "expand", "pool", "index"])
+    if ndim == 0:
+        return (lambda x: x.unsqueeze(0), lambda a: a[None])
+    if kind == "permute":
+        axes = [int(i) for i in rng.permutation(ndim)]
+        return (lambda x: x.permute(axes), lambda a: a.transpose(axes))
+    if kind == "slice":
+        ranges = []
+        for d in shape:
+            start = int(rng.integers(0, d)) if d else 0
+            ranges.append((start, int(rng.integers(start, d + 1)), int(rng.integers(1, 3))))
+        key = tuple(slice(*r) for r in ranges)
+        return (lambda x: x.slice(ranges), lambda a: a[key])
+    if kind == "pad":
+        pads = [(int(rng.integers(0, 3)), int(rng.integers(0, 3))) for _ in shape]
+        value = float(rng.choice([0.0, 1.5]))
+        return (lambda x: x.pad(pads, value), lambda a: np.pad(a, pads, constant_values=value))
+    if kind == "reshape":
+        total = int(np.prod(shape))
+        divisors = [d for d in range(1, total + 1) if total % d == 0] or [0]
+        first = int(rng.choice(divisors))
+        target = (first, -1) if first else (-1,)
+        return (lambda x: x.reshape(target), lambda a: a.reshape(target))
+    if kind == "expand":
+        axis, size = int(rng.integers(0, ndim + 1)), int(rng.integers(1, 4))
+        target = shape[:axis] + (size,) + shape[axis:]
+        return (
+            lambda x: x.expand_dim(axis, size),
+            lambda a: np.broadcast_to(np.expand_dims(a, axis), target),
+        )
+    if kind == "pool":
+        kernel, stride, dilation = (int(v) for v in rng.integers(1, 4, size=3))
+        if shape[-1] < dilation * (kernel - 1) + 1:
+            return None
+        return (
+            lambda x: x.pool_last_dim(kernel, stride, dilation),
+            lambda a: _numpy_windows(a, kernel, stride, dilation),
+        )
+    axis = int(rng.integers(0, ndim))
+    if shape[axis] == 0:
+        return None
+    index = int(rng.integers(-shape[axis], shape[axis]))
+    key = (slice(None),) * axis + (index,)
+    return (lambda x: x[key], lambda a: a[key])
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_chains_of_views_match_numpy(seed):
+    """Long chains of movements (each possibly needing a copy) end in a reduction; the
+    values and the reduction must equal numpy's."""
+    rng = np.random.default_rng(seed)
+    data = uniform(rng, tuple(int(d) for d in rng.integers(1, 5, size=int(rng.integers(1, 4)))))
+    cx = lm.Graph()
+    x = cx.tensor(data.shape).set(data)
+    expected = data
+    for _ in range(int(rng.integers(3, 9))):
+        movement = _random_movement(rng, expected.shape)
+        if movement is None:
+            continue
+        candidate = movement[1](expected)
+        if candidate.size > 3000:
+            break
+        x, expected = movement[0](x), candidate
+    outputs = [x.retrieve()] + ([x.sum(-1).retrieve(), x.max(0).retrieve()] if x.ndim else [])
+    cx.execute()
+    np.testing.assert_array_equal(outputs[0].numpy(), expected)
+    if x.ndim and expected.size:
+        np.testing.assert_allclose(outputs[1].numpy(), expected.sum(-1), rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(outputs[2].numpy(), expected.max(0))

@@ -205,3 +205,12 @@ def test_int32_prod_over_a_symbolic_axis_is_rounded():
         cx.execute()
         assert out.numpy().dtype == np.int32
         np.testing.assert_array_equal(out.numpy(), np.prod(array, axis=0))
+
+
+def test_nan_propagates_through_max_and_argmax_points_at_it():
+    a = np.array([[1.0, np.nan, 3.0, np.nan], [1.0, 2.0, 2.0, -1.0]], np.float32)
+    outs = run(lambda x: [x.max(1), x.min(1), x.argmax(1), x.argmin(1), x.sum(1)], a)
+    t = torch.from_numpy(a)
+    expected = [t.amax(1), t.amin(1), t.argmax(1), t.argmin(1), t.sum(1)]
+    for ours, theirs in zip(outs, expected, strict=True):
+        assert_matches_torch(ours, theirs, check_dtype=ours.dtype != np.int32)
