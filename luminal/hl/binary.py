@@ -263,6 +263,9 @@ class BinaryOps:
     # ---------------------------------------------------------------- elementwise extrema
     def maximum(self: GraphTensor, other: Operand) -> GraphTensor:
         """Elementwise max; exact for infinities (a max-reduction over a stacked pair)."""
+        if _is_zero_scalar(other) and self.dtype != DType.bool:
+            # the pair (x, 0) is one padded view: padding reads 0 (relu needs no Add)
+            return self.unsqueeze(-1).pad([None] * self.ndim + [(0, 1)]).max(-1)
         a, b = self._pair(other, "maximum")
         return _stack_pair(a, b).max(-1)
 
@@ -367,6 +370,10 @@ def _power_by_squaring(base: GraphTensor, n: int) -> GraphTensor:
         if n:
             square = square * square
     return result  # type: ignore[return-value]
+
+
+def _is_zero_scalar(value: Operand) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value == 0
 
 
 def _stack_pair(a: GraphTensor, b: GraphTensor) -> GraphTensor:

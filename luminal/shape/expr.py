@@ -221,7 +221,8 @@ class Expr:
         return self._str
 
     def __repr__(self) -> str:
-        return f"Expr({self})"
+        # shapes print as users write them: (batch, 3), not (Expr(batch), 3)
+        return str(self)
 
     def to_c(self) -> str:
         """C source for this expression, fully parenthesised, over `long long` variables.

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from luminal.errors import ShapeError
 from luminal.shape.expr import ONE, ZERO, Expr, ExprLike, logical_and, product, sym, var
 
 Shape = tuple[Expr, ...]
@@ -158,11 +159,10 @@ class ShapeTracker:
     def _indices(self, indices: Sequence[ExprLike] | None) -> list[Expr]:
         if indices is not None:
             if len(indices) != self.ndim:
-                raise ValueError(f"expected {self.ndim} indices, got {len(indices)}")
+                raise ShapeError(f"view of {self.ndim} dims indexed with {len(indices)} indices")
             return [sym(i) for i in indices]
         # the flat index z runs over [0, n_elements), so the outermost dim needs no modulo
-        total = self.n_elements().as_int()
-        flat = var("z", upper=total - 1 if total is not None and total > 0 else None)
+        flat = var("z")
         out: list[Expr] = []
         outermost = True
         for dim, stride in zip(self.shape, contiguous_strides(self.shape), strict=True):
