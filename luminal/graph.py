@@ -9,6 +9,7 @@ GraphTensors hold a node id plus a view, and survive compiler rewrites through
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -93,8 +94,11 @@ class Graph:
         self.retrieved: set[int] = set()
         self.kept: set[int] = set()
         self.dims: dict[str, int] = {}
-        self.forward: dict[int, int | None] = {}
+        # a compiler's replacements: old id -> (new id, view of new as old) or None (removed)
+        self.forward: dict[int, tuple[int, ShapeTracker | None] | None] = {}
         self.compiled: Any = None
+        # an execution order chosen by a scheduling pass, valid while nodes.version matches
+        self.schedule: tuple[int, tuple[int, ...]] | None = None
 
     # ---------------------------------------------------------------- building
     def add_node(
@@ -192,17 +196,92 @@ class Graph:
     def num_nodes(self) -> int:
         return len(self.nodes)
 
-    def resolve(self, node_id: int) -> int | None:
-        """Follow compiler forwarding; None when the node was removed."""
-        seen = 0
-        while node_id not in self.nodes:
-            if node_id not in self.forward or self.forward[node_id] is None:
+    def resolve(
+        self, node_id: int, view: ShapeTracker | None = None
+    ) -> tuple[int, ShapeTracker | None] | None:
+        """Follow compiler forwarding from `node_id`, composing `view` with any view a
+        replacement carries; None when the node was removed (or the view cannot follow)."""
+        for _ in range(len(self.forward) + 1):
+            if node_id in self.nodes:
+                return node_id, view
+            entry = self.forward.get(node_id)
+            if entry is None:
                 return None
-            node_id = self.forward[node_id]  # type: ignore[assignment]
-            seen += 1
-            if seen > len(self.forward):
-                return None
-        return node_id
+            node_id, base = entry
+            if base is not None and view is not None:
+                view = base.then(view)
+                if view is None:
+                    return None
+        return None
+
+    # ---------------------------------------------------------------- surgery
+    def readers(self) -> dict[int, set[int]]:
+        """For each node, the ids of the nodes that read it."""
+        out: dict[int, set[int]] = {node_id: set() for node_id in self.nodes}
+        for node in self.nodes.values():
+            for edge in node.inputs:
+                out[edge.source].add(node.id)
+        return out
+
+    def replace(
+        self,
+        old: int,
+        new: int,
+        view: ShapeTracker | None = None,
+        readers: dict[int, set[int]] | None = None,
+    ) -> bool:
+        """Make every reader of `old` read `new` instead, then delete `old`.
+
+        `view` (optional) reads `new`'s buffer as `old`'s output; each reader's own view
+        is composed with it. Returns False, changing nothing, when a composition is not
+        expressible or `old` is an output and `view` is not the identity. User handles
+        follow through `forward`. Pass `readers` (from `readers()`) to avoid a scan; it
+        is kept up to date."""
+        if old == new:
+            return True
+        if view is not None and view.is_identity():
+            view = None
+        if view is not None and (old in self.retrieved or old in self.kept):
+            return False
+        reader_ids = (
+            readers[old]
+            if readers is not None
+            else {n.id for n in self.nodes.values() if any(e.source == old for e in n.inputs)}
+        )
+        rewired: dict[int, Node] = {}
+        for reader_id in reader_ids:
+            node = self.nodes[reader_id]
+            edges = []
+            for edge in node.inputs:
+                if edge.source == old:
+                    composed = edge.view if view is None else view.then(edge.view)
+                    if composed is None:
+                        return False
+                    edge = Edge(new, edge.output, composed)
+                edges.append(edge)
+            rewired[reader_id] = dataclasses.replace(node, inputs=tuple(edges))
+        self.nodes.update(rewired)
+        for flags in (self.retrieved, self.kept):
+            if old in flags:
+                flags.discard(old)
+                flags.add(new)
+        self.remove(old, forward_to=(new, view))
+        if readers is not None:
+            readers.setdefault(new, set()).update(reader_ids)
+            readers.pop(old, None)
+            for ids in readers.values():
+                ids.discard(old)
+        return True
+
+    def remove(
+        self, node_id: int, forward_to: tuple[int, ShapeTracker | None] | None = None
+    ) -> None:
+        """Delete a node nobody reads; user handles to it resolve to `forward_to` (or fail)."""
+        del self.nodes[node_id]
+        self.retrieved.discard(node_id)
+        self.kept.discard(node_id)
+        self.buffers.pop(node_id, None)
+        self.forward[node_id] = forward_to
 
     def consumers(self) -> dict[int, list[int]]:
         out: dict[int, list[int]] = {node_id: [] for node_id in self.nodes}
@@ -210,6 +289,14 @@ class Graph:
             for edge in node.inputs:
                 out[edge.source].append(node.id)
         return out
+
+    def execution_order(self, roots: Sequence[int]) -> list[int]:
+        """The order to run the nodes `roots` need: the scheduled order when a scheduling
+        pass set one for the current graph, else a depth-first topological order."""
+        if self.schedule is not None and self.schedule[0] == self.nodes.version:
+            needed = set(self.topological_order(roots))
+            return [node_id for node_id in self.schedule[1] if node_id in needed]
+        return self.topological_order(roots)
 
     def topological_order(self, roots: Sequence[int] | None = None) -> list[int]:
         """Nodes needed by `roots` (default: all), producers before consumers."""

@@ -37,21 +37,34 @@ class GraphTensor(UnaryOps, BinaryOps, MovementOps, ReductionOps, MatmulOps, Oth
     def __init__(self, graph: Graph, node_id: int, view: ShapeTracker, dtype: DType) -> None:
         self.graph = graph
         self._node_id = node_id
-        self.view = view
+        self._view = view
         self.dtype = dtype
 
     # ---------------------------------------------------------------- identity
-    @property
-    def node_id(self) -> int:
-        """The node this tensor reads, following compiler rewrites."""
-        resolved = self.graph.resolve(self._node_id)
+    def _follow(self) -> None:
+        """Re-point this handle after a compiler replaced its node (see Graph.replace)."""
+        resolved = self.graph.resolve(self._node_id, self._view)
         if resolved is None:
             raise GraphError(
-                f"tensor of shape {format_shape(self.view.shape)} refers to node "
+                f"tensor of shape {format_shape(self._view.shape)} refers to node "
                 f"{self._node_id}, which a compiler removed; retrieve() or keep() it "
                 "before compiling to keep it alive"
             )
-        return resolved
+        self._node_id, self._view = resolved  # type: ignore[assignment]
+
+    @property
+    def node_id(self) -> int:
+        """The node this tensor reads, following compiler rewrites."""
+        if self._node_id not in self.graph.nodes:
+            self._follow()
+        return self._node_id
+
+    @property
+    def view(self) -> ShapeTracker:
+        """How this tensor reads its node's buffer, following compiler rewrites."""
+        if self._node_id not in self.graph.nodes:
+            self._follow()
+        return self._view
 
     @property
     def node(self) -> Any:

@@ -153,7 +153,7 @@ def get_plan(graph: Any) -> tuple[Plan, dict[str, int]]:
         dims = resolve_dims(graph, cached.inputs)
         if cached.key[1] == tuple(sorted(dims.items())):
             return cached, dims
-    order = graph.topological_order(output_roots(graph))
+    order = graph.execution_order(output_roots(graph))
     inputs = [i for i in order if isinstance(graph.nodes[i].op, ops.Input)]
     dims = resolve_dims(graph, inputs)
     plan = make_plan(graph, (structure, tuple(sorted(dims.items()))), order, inputs, dims)

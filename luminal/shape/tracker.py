@@ -347,6 +347,36 @@ class ShapeTracker:
             mask=tuple(mask_out) if self.mask is not None else None,
         )
 
+    def replay(self, movement: Movement) -> ShapeTracker | None:
+        """Apply one recorded movement to this view (None when not expressible)."""
+        if isinstance(movement, Permute):
+            return self.permute(movement.axes)
+        if isinstance(movement, Expand):
+            return self.expand(movement.axis, movement.size)
+        if isinstance(movement, Slice):
+            return self.slice(movement.ranges)
+        if isinstance(movement, Pad):
+            return self.pad(movement.padding)
+        if isinstance(movement, Reshape):
+            return self.reshape(movement.shape)
+        return self.pool_last_dim(movement.kernel, movement.stride, movement.dilation)
+
+    def then(self, top: ShapeTracker) -> ShapeTracker | None:
+        """The view reading this view's result through `top` (whose source shape is this
+        view's shape), by replaying `top`'s movements; None when one view cannot express
+        the composition. This is why views keep their history."""
+        if tuple(top.source_shape) != tuple(self.shape):
+            raise ShapeError(
+                f"cannot compose views: {top} reads shape {top.source_shape}, "
+                f"but the base view has shape {self.shape}"
+            )
+        result: ShapeTracker | None = self
+        for movement in top.history:
+            result = result.replay(movement)
+            if result is None:
+                return None
+        return result
+
     def __repr__(self) -> str:
         dims = ", ".join(str(d) for d in self.shape)
         strides = ", ".join(str(s) for s in self.strides)
