@@ -1,5 +1,6 @@
 """luminal: a deep-learning compiler. Build a lazy graph, compile it, execute it."""
 
+from luminal.compiler import GenericCompiler, Looped, Timed
 from luminal.dtype import DType, bfloat16, float16, float32, int32
 from luminal.dtype import bool_ as bool  # noqa: A001 - lm.bool mirrors torch.bool
 from luminal.errors import (
@@ -21,11 +22,14 @@ __all__ = [
     "DType",
     "DTypeError",
     "ExecutionError",
+    "GenericCompiler",
     "Graph",
     "GraphError",
     "GraphTensor",
     "LuminalError",
+    "Looped",
     "ShapeError",
+    "Timed",
     "bfloat16",
     "bool",
     "concat",

@@ -125,11 +125,18 @@ class Graph:
         out_dtype = dtype if dtype is not None else ops.output_dtype(op, dtypes)
         if out_dtype is None:
             out_dtype = float32
+        edges = tuple(Edge(t.node_id, 0, t.view) for t in inputs)
+        node_id = self.insert(op, edges, out_shape, out_dtype)
+        return GraphTensor(self, node_id, ShapeTracker.contiguous(out_shape), out_dtype)
+
+    def insert(
+        self, op: ops.Op, edges: Sequence[Edge], shape: Sequence[Expr], dtype: DType
+    ) -> int:
+        """Add a node from already-checked parts (for compilers); returns its id."""
         node_id = self._next_id
         self._next_id += 1
-        edges = tuple(Edge(t.node_id, 0, t.view) for t in inputs)
-        self.nodes[node_id] = Node(node_id, op, edges, out_shape, out_dtype)
-        return GraphTensor(self, node_id, ShapeTracker.contiguous(out_shape), out_dtype)
+        self.nodes[node_id] = Node(node_id, op, tuple(edges), tuple(shape), dtype)
+        return node_id
 
     @contextlib.contextmanager
     def atomic(self) -> Iterator[None]:

@@ -1,5 +1,23 @@
 """Compilers: the protocol, generic passes, and the e-graph layer."""
 
 from luminal.compiler.base import Compiler, Looped, Timed
+from luminal.compiler.passes import (
+    ArithmeticElimination,
+    CommonSubexpressionElimination,
+    DeadCodeElimination,
+    DepthFirstSchedule,
+    GenericCompiler,
+    RemoveUnitReductions,
+)
 
-__all__ = ["Compiler", "Looped", "Timed"]
+__all__ = [
+    "ArithmeticElimination",
+    "CommonSubexpressionElimination",
+    "Compiler",
+    "DeadCodeElimination",
+    "DepthFirstSchedule",
+    "GenericCompiler",
+    "Looped",
+    "RemoveUnitReductions",
+    "Timed",
+]

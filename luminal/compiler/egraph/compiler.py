@@ -1,0 +1,182 @@
+"""EGraphCompiler: saturate each distinct region with the chosen rulesets, extract the
+cheapest program by static cost, and write it back in place of the region.
+
+Structurally identical regions (the layers of a transformer between graph breaks) are
+saturated and extracted once; the extracted program is written back for each of them.
+Saturation stops at a node limit or a time limit and extracts the best found so far.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from egglog import EGraph, Ruleset, unstable_combine_rulesets
+
+from luminal.compiler.egraph.encode import Tables, encode_program
+from luminal.compiler.egraph.extract import (
+    SerializedEGraph,
+    best_choice,
+    decode_program,
+)
+from luminal.compiler.egraph.program import Program, program_from_region, write_program
+from luminal.compiler.egraph.regions import split_regions
+from luminal.compiler.rules import RULESETS
+from luminal.errors import CompileError
+from luminal.graph import Graph
+from luminal.reference.executor import output_roots
+
+
+@dataclass
+class Saturation:
+    """An e-graph built from one program and saturated (as far as the limits allow)."""
+
+    egraph: EGraph
+    tables: Tables
+    program: Program
+    output_classes: list[str]
+    serialized: SerializedEGraph
+    iterations: int
+    enodes: int
+    stopped_by: str  # "saturated", "node limit", "time limit", "iteration limit"
+    seconds: float
+
+
+@dataclass
+class CompileReport:
+    regions: int = 0
+    distinct_regions: int = 0
+    enodes: list[int] = field(default_factory=list)
+    stopped_by: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+class EGraphCompiler:
+    """`cx.compile(EGraphCompiler())`: rewrite the graph through egglog."""
+
+    def __init__(
+        self,
+        rulesets: Sequence[str] = ("algebra", "structure"),
+        node_limit: int = 20_000,
+        time_limit: float = 2.0,
+        iteration_limit: int = 24,
+    ) -> None:
+        unknown = [name for name in rulesets if name not in RULESETS]
+        if unknown:
+            raise CompileError(
+                f"EGraphCompiler: unknown ruleset(s) {unknown}; known: {sorted(RULESETS)}"
+            )
+        self.ruleset_names = tuple(rulesets)
+        self.node_limit = node_limit
+        self.time_limit = time_limit
+        self.iteration_limit = iteration_limit
+        self.report = CompileReport()
+
+    @property
+    def name(self) -> str:
+        return "+".join(self.ruleset_names) or "no rules"
+
+    def _ruleset(self) -> Ruleset | None:
+        chosen = [RULESETS[name] for name in self.ruleset_names]
+        if not chosen:
+            return None
+        return chosen[0] if len(chosen) == 1 else unstable_combine_rulesets(*chosen)
+
+    def saturate(self, program: Program) -> Saturation:
+        """Build the e-graph of `program` and run the rules within the limits."""
+        start = time.perf_counter()
+        egraph = EGraph()
+        tables = Tables()
+        for index, term in enumerate(encode_program(program, tables)):
+            egraph.let(f"out{index}", term)
+        ruleset = self._ruleset()
+        iterations, stopped_by = 0, "saturated"
+        enodes = _count(egraph)
+        while ruleset is not None:
+            if iterations >= self.iteration_limit:
+                stopped_by = "iteration limit"
+                break
+            if time.perf_counter() - start > self.time_limit:
+                stopped_by = "time limit"
+                break
+            if enodes > self.node_limit:
+                stopped_by = "node limit"
+                break
+            report = egraph.run(1, ruleset=ruleset)
+            iterations += 1
+            enodes = _count(egraph)
+            if not report.updated:
+                break
+        serialized = SerializedEGraph.from_egraph(egraph)
+        classes = []
+        for index in range(len(program.outputs)):
+            cls = serialized.lets.get(f"out{index}")
+            if cls is None:
+                raise CompileError(f"e-graph ({self.name}): output {index} lost its class")
+            classes.append(cls)
+        return Saturation(
+            egraph,
+            tables,
+            program,
+            classes,
+            serialized,
+            iterations,
+            enodes,
+            stopped_by,
+            time.perf_counter() - start,
+        )
+
+    def optimize(self, program: Program) -> Program:
+        """The cheapest equivalent program by static cost."""
+        saturation = self.saturate(program)
+        self.report.enodes.append(saturation.enodes)
+        self.report.stopped_by.append(saturation.stopped_by)
+        serialized = saturation.serialized
+        return decode_program(
+            serialized,
+            saturation.tables,
+            program.boundaries,
+            saturation.output_classes,
+            best_choice(serialized),
+            self.name,
+        )
+
+    def compile(self, graph: Graph) -> CompileReport:
+        start = time.perf_counter()
+        self.report = CompileReport()
+        roots = output_roots(graph)
+        regions = split_regions(graph, roots)
+        done: dict[tuple, Program] = {}
+        readers = graph.readers()
+        for region in regions:
+            if not region.outputs:
+                continue
+            program, boundary_ids = program_from_region(graph, region.nodes, region.outputs)
+            key = program.key()
+            if key not in done:
+                done[key] = self.optimize(program)
+            new_outputs = write_program(graph, done[key], boundary_ids)
+            readers = graph.readers()
+            for old, new in zip(region.outputs, new_outputs, strict=True):
+                if not graph.replace(old, new, readers=readers):
+                    raise CompileError(f"e-graph ({self.name}): could not replace node {old}")
+        remove_dead_nodes(graph)
+        self.report.regions = len(regions)
+        self.report.distinct_regions = len(done)
+        self.report.seconds = time.perf_counter() - start
+        return self.report
+
+
+def remove_dead_nodes(graph: Graph) -> None:
+    """Delete nodes the outputs no longer need (inputs stay: users set them)."""
+    from luminal import ops
+
+    needed = set(graph.topological_order(output_roots(graph)))
+    for node_id in [n for n in graph.nodes if n not in needed]:
+        if not isinstance(graph.nodes[node_id].op, ops.Input):
+            graph.remove(node_id)
+
+
+def _count(egraph: EGraph) -> int:
+    return sum(size for _, size in egraph.all_function_sizes())

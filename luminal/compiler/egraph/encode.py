@@ -1,0 +1,132 @@
+"""Programs to egglog terms: one table from primitive type to term constructor."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from luminal import ops
+from luminal.compiler.egraph.program import Instruction, Program
+from luminal.compiler.egraph.terms import Edge, EdgeList, Term, View
+from luminal.shape.tracker import Expand, Reshape, ShapeTracker
+
+
+@dataclass
+class Tables:
+    """What terms refer to by id: views, opaque sources and functions."""
+
+    views: list[ShapeTracker] = field(default_factory=list)
+    view_ids: dict[ShapeTracker, int] = field(default_factory=dict)
+    sources: list[Instruction] = field(default_factory=list)
+
+    def view_term(self, view: ShapeTracker) -> View:
+        if view.is_identity():
+            return View.ident()
+        index = self.view_ids.get(view)
+        if index is None:
+            index = self.view_ids[view] = len(self.views)
+            self.views.append(view)
+        axis = broadcast_axis(view)
+        if axis is not None:
+            return View.bcast(axis, index)
+        axis = stretched_axis(view)
+        return View.stretch(axis, index) if axis is not None else View.table(index)
+
+    def source(self, inst: Instruction) -> int:
+        self.sources.append(inst)
+        return len(self.sources) - 1
+
+
+def broadcast_axis(view: ShapeTracker) -> int | None:
+    """The axis when `view` is the identity of its source plus one inserted broadcast."""
+    if len(view.history) != 1 or not isinstance(view.history[0], Expand):
+        return None
+    if tuple(view.source_shape) != tuple(
+        d for i, d in enumerate(view.shape) if i != view.history[0].axis
+    ):
+        return None
+    return view.history[0].axis
+
+
+def stretched_axis(view: ShapeTracker) -> int | None:
+    """The axis when `view` stretches a size-1 dim of an otherwise identity view."""
+    if len(view.history) != 2:
+        return None
+    first, second = view.history
+    if not (isinstance(first, Reshape) and isinstance(second, Expand)):
+        return None
+    axis = second.axis
+    source = tuple(view.source_shape)
+    if len(source) != len(view.shape) or axis >= len(source) or source[axis] != 1:
+        return None
+    if tuple(first.shape) != source[:axis] + source[axis + 1 :]:
+        return None
+    return axis
+
+
+Encoder = Callable[[Instruction, list[Edge], Tables], Term]
+
+
+def _const(inst: Instruction, edges: list[Edge], tables: Tables) -> Term:
+    value = inst.op.value
+    if isinstance(value, int | float) and math.isfinite(float(value)):
+        return Term.const(float(value), inst.dtype.value)
+    return Term.source(tables.source(inst))
+
+
+def _opaque(inst: Instruction, edges: list[Edge], tables: Tables) -> Term:
+    return Term.source(tables.source(inst))
+
+
+def _function(inst: Instruction, edges: list[Edge], tables: Tables) -> Term:
+    inputs = EdgeList.nil()
+    for edge in reversed(edges):
+        inputs = EdgeList.cons(edge, inputs)
+    return Term.function(tables.source(inst), inputs)
+
+
+def _unary(constructor: Callable[[Edge], Term]) -> Encoder:
+    return lambda inst, edges, tables: constructor(edges[0])
+
+
+def _binary(constructor: Callable[[Edge, Edge], Term]) -> Encoder:
+    return lambda inst, edges, tables: constructor(edges[0], edges[1])
+
+
+ENCODERS: dict[type, Encoder] = {
+    ops.Constant: _const,
+    ops.Iota: _opaque,
+    ops.Input: _opaque,
+    ops.Function: _function,
+    ops.Log2: _unary(Term.log2),
+    ops.Exp2: _unary(Term.exp2),
+    ops.Sin: _unary(Term.sin),
+    ops.Sqrt: _unary(Term.sqrt),
+    ops.Recip: _unary(Term.recip),
+    ops.Add: _binary(Term.add),
+    ops.Mul: _binary(Term.mul),
+    ops.Mod: _binary(Term.mod),
+    ops.LessThan: _binary(Term.less_than),
+    ops.SumReduce: lambda inst, edges, tables: Term.sum_reduce(inst.op.axis, edges[0]),
+    ops.MaxReduce: lambda inst, edges, tables: Term.max_reduce(inst.op.axis, edges[0]),
+    ops.Contiguous: _unary(Term.contiguous),
+    ops.Gather: _binary(Term.gather),
+    ops.Scatter: lambda inst, edges, tables: Term.scatter(edges[0], edges[1], edges[2]),
+    ops.Cast: lambda inst, edges, tables: Term.cast(inst.op.dtype.value, edges[0]),
+    ops.GraphBreak: _unary(Term.graph_break),
+}
+
+
+def encode_program(program: Program, tables: Tables) -> list[Term]:
+    """Terms for the program's outputs."""
+    terms: list[Term] = []
+
+    def term_of(ref: Any) -> Term:
+        return Term.boundary(ref.index) if ref.boundary else terms[ref.index]
+
+    for inst in program.instructions:
+        edges = [Edge.of(term_of(ref), tables.view_term(view)) for ref, view in inst.inputs]
+        terms.append(ENCODERS[type(inst.op)](inst, edges, tables))
+    return [term_of(ref) for ref in program.outputs]
