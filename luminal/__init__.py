@@ -17,10 +17,21 @@ from luminal.tensor import GraphTensor
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str) -> object:
+    # the e-graph layer imports egglog; load it only when asked for
+    if name == "EGraphCompiler":
+        from luminal.compiler.egraph import EGraphCompiler
+
+        return EGraphCompiler
+    raise AttributeError(f"module 'luminal' has no attribute {name!r}")
+
+
 __all__ = [
     "CompileError",
     "DType",
     "DTypeError",
+    "EGraphCompiler",
     "ExecutionError",
     "GenericCompiler",
     "Graph",

@@ -129,9 +129,7 @@ class Graph:
         node_id = self.insert(op, edges, out_shape, out_dtype)
         return GraphTensor(self, node_id, ShapeTracker.contiguous(out_shape), out_dtype)
 
-    def insert(
-        self, op: ops.Op, edges: Sequence[Edge], shape: Sequence[Expr], dtype: DType
-    ) -> int:
+    def insert(self, op: ops.Op, edges: Sequence[Edge], shape: Sequence[Expr], dtype: DType) -> int:
         """Add a node from already-checked parts (for compilers); returns its id."""
         node_id = self._next_id
         self._next_id += 1
@@ -272,12 +270,13 @@ class Graph:
             if old in flags:
                 flags.discard(old)
                 flags.add(new)
+        sources = {edge.source for edge in self.nodes[old].inputs}
         self.remove(old, forward_to=(new, view))
         if readers is not None:
             readers.setdefault(new, set()).update(reader_ids)
             readers.pop(old, None)
-            for ids in readers.values():
-                ids.discard(old)
+            for source in sources:  # only old's sources list it as a reader
+                readers.get(source, set()).discard(old)
         return True
 
     def remove(
@@ -296,6 +295,17 @@ class Graph:
             for edge in node.inputs:
                 out[edge.source].append(node.id)
         return out
+
+    def output_roots(self) -> list[int]:
+        """What a run must compute: retrieved and kept nodes, and side-effect ops (print,
+        diff). Compilers and runtimes agree on outputs through this one function."""
+        roots = set(self.retrieved) | set(self.kept)
+        roots |= {
+            node.id
+            for node in self.nodes.values()
+            if isinstance(node.op, ops.Function) and node.op.side_effect
+        }
+        return sorted(r for r in roots if r in self.nodes)
 
     def execution_order(self, roots: Sequence[int]) -> list[int]:
         """The order to run the nodes `roots` need: the scheduled order when a scheduling

@@ -30,7 +30,6 @@ from luminal.compiler.base import Looped
 from luminal.dtype import DType
 from luminal.errors import LuminalError
 from luminal.graph import Edge, Graph, Node
-from luminal.reference.executor import output_roots
 from luminal.shape.expr import Expr, product, sym
 from luminal.shape.tracker import ShapeTracker
 
@@ -43,7 +42,7 @@ class DeadCodeElimination:
     (the user may `.set()` them later); handles to removed nodes raise when used."""
 
     def compile(self, graph: Graph) -> None:
-        needed = set(graph.topological_order(output_roots(graph)))
+        needed = set(graph.topological_order(graph.output_roots()))
         for node_id in sorted(graph.nodes):
             if node_id not in needed and not isinstance(graph.nodes[node_id].op, ops.Input):
                 graph.remove(node_id)
@@ -202,8 +201,8 @@ class ArithmeticElimination:
 # ---------------------------------------------------------------- unit reductions
 class RemoveUnitReductions:
     """A sum or max over an axis of size 1 is its input with that axis dropped: readers
-    read the input through the reshaped view instead. An output (retrieved or kept) cannot
-    become a view, so such a reduction stays."""
+    read the input through the reshaped view instead. An output (retrieved or kept) that
+    would become a non-identity view stays, as does a reshape no view can express."""
 
     def compile(self, graph: Graph) -> None:
         readers = graph.readers()
@@ -263,7 +262,7 @@ def peak_memory_bytes(
     the graph's execution order) with `dims` (default: the graph's bound dims)."""
     env = {**graph.dims, **(dims or {})}
     if order is None:
-        order = graph.execution_order(output_roots(graph))
+        order = graph.execution_order(graph.output_roots())
     sizes = {node_id: node_bytes(graph.nodes[node_id], env) for node_id in order}
     return simulated_peak(graph, order, sizes)
 
@@ -275,7 +274,7 @@ def _estimated_bytes(node: Node, dims: Mapping[str, int]) -> int:
         return _UNKNOWN_DIM * node.dtype.itemsize
 
 
-def _post_order(graph: Graph, starts: Iterable[int], children: Mapping[int, list[int]]) -> list:
+def _post_order(starts: Iterable[int], children: Mapping[int, list[int]]) -> list[int]:
     """Depth-first post-order from `starts`, visiting each node's inputs in `children`
     order: a valid topological order of every node reached."""
     order: list[int] = []
@@ -320,14 +319,14 @@ class DepthFirstSchedule:
                 held += sizes[source]
             need[node_id] = max(peak, held + sizes[node_id])
             ranked[node_id] = inputs
-        roots = output_roots(graph)
+        roots = graph.output_roots()
         by_need = sorted(roots, key=lambda i: need[i] - sizes[i], reverse=True)
         plain = graph.topological_order(roots)
-        chosen = _post_order(graph, by_need, ranked)
+        chosen = _post_order(by_need, ranked)
         if simulated_peak(graph, chosen, sizes) >= simulated_peak(graph, plain, sizes):
             chosen = plain
         # then every other node (unused inputs, dead code) so the order covers the graph
-        rest = _post_order(graph, [*chosen, *sorted(graph.nodes)], ranked)
+        rest = _post_order([*chosen, *sorted(graph.nodes)], ranked)
         graph.schedule = (graph.nodes.version, tuple(rest))
 
 

@@ -49,17 +49,6 @@ class Plan:
     keep: set[int]
 
 
-def output_roots(graph: Any) -> list[int]:
-    """Nodes whose values the user asked for, plus side-effect ops (print, diff)."""
-    roots = set(graph.retrieved) | set(graph.kept)
-    roots |= {
-        node.id
-        for node in graph.nodes.values()
-        if isinstance(node.op, ops.Function) and node.op.side_effect
-    }
-    return sorted(r for r in roots if r in graph.nodes)
-
-
 def resolve_dims(graph: Any, inputs: list[int]) -> dict[str, int]:
     """The dimension map, checked against every input's data."""
     dims = dict(graph.dims)
@@ -147,13 +136,18 @@ def make_plan(graph: Any, key: tuple, order: list[int], inputs: list[int], dims:
 
 
 def get_plan(graph: Any) -> tuple[Plan, dict[str, int]]:
-    structure = (graph.nodes.version, frozenset(graph.retrieved), frozenset(graph.kept))
+    structure = (
+        graph.nodes.version,
+        frozenset(graph.retrieved),
+        frozenset(graph.kept),
+        graph.schedule,
+    )
     cached: Plan | None = getattr(graph, "_reference_plan", None)
     if cached is not None and cached.key[0] == structure:
         dims = resolve_dims(graph, cached.inputs)
         if cached.key[1] == tuple(sorted(dims.items())):
             return cached, dims
-    order = graph.execution_order(output_roots(graph))
+    order = graph.execution_order(graph.output_roots())
     inputs = [i for i in order if isinstance(graph.nodes[i].op, ops.Input)]
     dims = resolve_dims(graph, inputs)
     plan = make_plan(graph, (structure, tuple(sorted(dims.items()))), order, inputs, dims)

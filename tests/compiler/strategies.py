@@ -548,7 +548,7 @@ def recipes(draw: st.DrawFn, max_steps: int = 12) -> Recipe:
         size = first[-k]
         shapes = [
             tuple(SYMBOLIC_DIM if i == len(s) - k and d == size else d for i, d in enumerate(s))
-            if s is first or len(s) >= k
+            if len(s) >= k
             else s
             for s in shapes
         ]

@@ -7,6 +7,7 @@ import copy
 
 import numpy as np
 import pytest
+from hypothesis import given
 
 import luminal as lm
 from luminal import ops
@@ -15,7 +16,7 @@ from luminal.compiler.egraph.candidates import enumerate_programs
 from luminal.compiler.egraph.extract import SerializedEGraph, best_choice, decode_program
 from luminal.compiler.egraph.program import program_from_region, write_program
 from luminal.compiler.egraph.regions import split_regions
-from luminal.reference.executor import output_roots
+from tests.compiler.strategies import GraphCase, assert_compiler_preserves, random_graphs
 from tests.conftest import uniform
 
 
@@ -122,7 +123,7 @@ def test_float_times_zero_is_not_rewritten(rng):
 
 
 def _saturated(cx: lm.Graph, rulesets=("algebra", "structure"), **limits):
-    (region,) = split_regions(cx, output_roots(cx))
+    (region,) = split_regions(cx, cx.output_roots())
     program, boundary_ids = program_from_region(cx, region.nodes, region.outputs)
     compiler = EGraphCompiler(rulesets=rulesets, **limits)
     return compiler, compiler.saturate(program), region, boundary_ids
@@ -232,3 +233,13 @@ def test_serialized_costs_follow_declared_costs(rng):
     assert isinstance(saturation.serialized, SerializedEGraph)
     costs = {n.op: n.cost for n in saturation.serialized.nodes.values()}
     assert costs["Term.exp2"] > costs["Term.boundary"]
+
+
+@given(random_graphs())
+def test_egraph_round_trip_preserves_random_graphs(case: GraphCase):
+    assert_compiler_preserves(case, lambda g: g.compile(EGraphCompiler(rulesets=())))
+
+
+@given(random_graphs())
+def test_egraph_rules_preserve_random_graphs(case: GraphCase):
+    assert_compiler_preserves(case, lambda g: g.compile(EGraphCompiler()))

@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from egglog import EGraph, Ruleset, unstable_combine_rulesets
+from egglog import EGraph, Ruleset, union, unstable_combine_rulesets
 
 from luminal.compiler.egraph.encode import Tables, encode_program
 from luminal.compiler.egraph.extract import (
@@ -22,10 +22,11 @@ from luminal.compiler.egraph.extract import (
 )
 from luminal.compiler.egraph.program import Program, program_from_region, write_program
 from luminal.compiler.egraph.regions import split_regions
+from luminal.compiler.egraph.terms import Term
+from luminal.compiler.passes import CommonSubexpressionElimination, DeadCodeElimination
 from luminal.compiler.rules import RULESETS
 from luminal.errors import CompileError
 from luminal.graph import Graph
-from luminal.reference.executor import output_roots
 
 
 @dataclass
@@ -88,8 +89,9 @@ class EGraphCompiler:
         start = time.perf_counter()
         egraph = EGraph()
         tables = Tables()
-        for index, term in enumerate(encode_program(program, tables)):
-            egraph.let(f"out{index}", term)
+        names = iter(range(len(program.instructions)))
+        terms = encode_program(program, tables, lambda t: egraph.let(f"t{next(names)}", t))
+        egraph.register(*(union(Term.root(index)).with_(term) for index, term in enumerate(terms)))
         ruleset = self._ruleset()
         iterations, stopped_by = 0, "saturated"
         enodes = _count(egraph)
@@ -111,7 +113,7 @@ class EGraphCompiler:
         serialized = SerializedEGraph.from_egraph(egraph)
         classes = []
         for index in range(len(program.outputs)):
-            cls = serialized.lets.get(f"out{index}")
+            cls = serialized.roots.get(index)
             if cls is None:
                 raise CompileError(f"e-graph ({self.name}): output {index} lost its class")
             classes.append(cls)
@@ -145,7 +147,7 @@ class EGraphCompiler:
     def compile(self, graph: Graph) -> CompileReport:
         start = time.perf_counter()
         self.report = CompileReport()
-        roots = output_roots(graph)
+        roots = graph.output_roots()
         regions = split_regions(graph, roots)
         done: dict[tuple, Program] = {}
         readers = graph.readers()
@@ -161,21 +163,13 @@ class EGraphCompiler:
             for old, new in zip(region.outputs, new_outputs, strict=True):
                 if not graph.replace(old, new, readers=readers):
                     raise CompileError(f"e-graph ({self.name}): could not replace node {old}")
-        remove_dead_nodes(graph)
+        # regions wrote their own copies of shared constants: merge them, drop the old nodes
+        CommonSubexpressionElimination().compile(graph)
+        DeadCodeElimination().compile(graph)
         self.report.regions = len(regions)
         self.report.distinct_regions = len(done)
         self.report.seconds = time.perf_counter() - start
         return self.report
-
-
-def remove_dead_nodes(graph: Graph) -> None:
-    """Delete nodes the outputs no longer need (inputs stay: users set them)."""
-    from luminal import ops
-
-    needed = set(graph.topological_order(output_roots(graph)))
-    for node_id in [n for n in graph.nodes if n not in needed]:
-        if not isinstance(graph.nodes[node_id].op, ops.Input):
-            graph.remove(node_id)
 
 
 def _count(egraph: EGraph) -> int:

@@ -119,14 +119,26 @@ ENCODERS: dict[type, Encoder] = {
 }
 
 
-def encode_program(program: Program, tables: Tables) -> list[Term]:
-    """Terms for the program's outputs."""
+def encode_program(
+    program: Program, tables: Tables, bind: Callable[[Term], Term] | None = None
+) -> list[Term]:
+    """Terms for the program's outputs. `bind` names a term used more than once (an
+    e-graph `let`), so the terms sent to egglog stay a DAG instead of being expanded
+    into a tree exponential in the sharing (a residual stream is read many times)."""
+    uses = [0] * len(program.instructions)
+    for inst in program.instructions:
+        for ref, _ in inst.inputs:
+            if not ref.boundary:
+                uses[ref.index] += 1
     terms: list[Term] = []
 
     def term_of(ref: Any) -> Term:
         return Term.boundary(ref.index) if ref.boundary else terms[ref.index]
 
-    for inst in program.instructions:
+    for index, inst in enumerate(program.instructions):
         edges = [Edge.of(term_of(ref), tables.view_term(view)) for ref, view in inst.inputs]
-        terms.append(ENCODERS[type(inst.op)](inst, edges, tables))
+        term = ENCODERS[type(inst.op)](inst, edges, tables)
+        if bind is not None and uses[index] > 1 and inst.inputs:
+            term = bind(term)
+        terms.append(term)
     return [term_of(ref) for ref in program.outputs]

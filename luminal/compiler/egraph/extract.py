@@ -43,14 +43,14 @@ class SerializedEGraph:
             key: ENode(key, n["op"], list(n["children"]), n["eclass"], float(n["cost"]))
             for key, n in data["nodes"].items()
         }
+        # Term.root(i) marks the class of output i; it is never extracted
+        self.roots: dict[int, str] = {}
         self.classes: dict[str, list[str]] = {}
         for node in self.nodes.values():
-            self.classes.setdefault(node.eclass, []).append(node.key)
-        self.lets = {
-            info["let"].lstrip("$"): cls
-            for cls, info in data.get("class_data", {}).items()
-            if info.get("let")
-        }
+            if node.op == "Term.root":
+                self.roots[int(self.nodes[node.children[0]].op)] = node.eclass
+            else:
+                self.classes.setdefault(node.eclass, []).append(node.key)
         self.best_cost: dict[str, float] = {}
         self.best_node: dict[str, str] = {}
         self.node_cost: dict[str, float] = {}
@@ -68,6 +68,8 @@ class SerializedEGraph:
         pending: dict[str, int] = {}
         heap: list[tuple[float, str]] = []
         for node in self.nodes.values():
+            if node.op == "Term.root":
+                continue
             child_classes = {self.child_class(c) for c in node.children}
             pending[node.key] = len(child_classes)
             for cls in child_classes:

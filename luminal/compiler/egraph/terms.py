@@ -40,6 +40,11 @@ class View(Expr):
 
 
 class Term(Expr):
+    @method(cost=STRUCTURE_COST)
+    @classmethod
+    def root(cls, index: i64Like) -> Term:
+        """Marks the class of output `index` (never extracted)."""
+
     # sources
     @method(cost=1)
     @classmethod
