@@ -9,6 +9,10 @@ Layout (weights are `(in, out)` so a projection is `x @ w`): token embedding by
 computed in the graph from `arange`), causal softmax attention per head (grouped-query
 when `kv_heads < heads`), output projection and residual, RMSNorm, SwiGLU MLP and
 residual; a final RMSNorm and the lm head. No batch dimension: ids are `(seq,)`.
+
+Timing note: on the 2-core development VM, multithreaded OpenBLAS made the same 32-layer
+execute take 80 ms in some processes and 1.3 s in others; `OPENBLAS_NUM_THREADS=1` gives
+steady times (~90 ms).
 """
 
 from __future__ import annotations
@@ -102,7 +106,7 @@ def build_llama_graph(
     heads: int = 4,
     kv_heads: int = 4,
     vocab: int = 1000,
-    seq: str = "seq",
+    seq: str | int = "seq",
     intermediate: int | None = None,
     graph_breaks: bool = True,
     weight_seed: int | None = 0,

@@ -16,6 +16,7 @@ from luminal.compiler.egraph.candidates import enumerate_programs
 from luminal.compiler.egraph.extract import SerializedEGraph, best_choice, decode_program
 from luminal.compiler.egraph.program import program_from_region, write_program
 from luminal.compiler.egraph.regions import split_regions
+from luminal.compiler.egraph.terms import Term
 from tests.compiler.strategies import GraphCase, assert_compiler_preserves, random_graphs
 from tests.conftest import uniform
 
@@ -243,3 +244,39 @@ def test_egraph_round_trip_preserves_random_graphs(case: GraphCase):
 @given(random_graphs())
 def test_egraph_rules_preserve_random_graphs(case: GraphCase):
     assert_compiler_preserves(case, lambda g: g.compile(EGraphCompiler()))
+
+
+def test_backend_hook_adds_a_lowering_with_its_own_cost_and_decoder(rng):
+    """A backend registers a ruleset that lowers a recognised structure to its own op
+    (cheaper than the primitives) and a decoder for that op."""
+    from egglog import function, i64, i64Like, rewrite, ruleset
+
+    from luminal.compiler.egraph import extract
+    from luminal.compiler.rules import RULESETS, register_ruleset
+
+    @function(cost=1)
+    def test_backend_softmax_tail(axis: i64Like, x: Term) -> Term: ...
+
+    @ruleset
+    def lowering(k: i64, x: Term):
+        yield rewrite(Term.normalize(k, x)).to(test_backend_softmax_tail(k, x))
+
+    decoded = []
+
+    def decode(decoder, node):  # noqa: ANN001 - the decoder protocol of extract.py
+        decoded.append(node.op)
+        return extract.TERM_DECODERS["Term.normalize"](decoder, node)
+
+    register_ruleset("test-backend", lowering)
+    extract.TERM_DECODERS["test_backend_softmax_tail"] = decode
+    try:
+        cx = lm.Graph()
+        x = cx.tensor((3, 4)).set(uniform(rng, (3, 4)))
+        out = x.softmax(-1).retrieve()
+        before = _outputs(cx, [out])
+        cx.compile(EGraphCompiler(rulesets=("structure", "test-backend")))
+        assert decoded == ["test_backend_softmax_tail"]
+        _assert_same(before, _outputs(cx, [out]))
+    finally:
+        del extract.TERM_DECODERS["test_backend_softmax_tail"]
+        del RULESETS["test-backend"]
