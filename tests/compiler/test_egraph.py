@@ -280,3 +280,15 @@ def test_backend_hook_adds_a_lowering_with_its_own_cost_and_decoder(rng):
     finally:
         del extract.TERM_DECODERS["test_backend_softmax_tail"]
         del RULESETS["test-backend"]
+
+
+def test_outputs_that_share_a_chain_keep_their_classes():
+    """Regression: two outputs where one feeds the other once lost an output's class."""
+    cx = lm.Graph()
+    x = cx.tensor((1,)).set(np.array([0.25], np.float32))
+    a = (x.abs() + 0.5).log2()
+    b = (a.abs() + 0.5).log2()
+    outs = [a.retrieve(), b.retrieve()]
+    before = _outputs(cx, outs)
+    cx.compile(EGraphCompiler())
+    _assert_same(before, _outputs(cx, outs))
