@@ -1,5 +1,6 @@
 """luminal: a deep-learning compiler. Build a lazy graph, compile it, execute it."""
 
+from luminal import nn
 from luminal.compiler import GenericCompiler, Looped, Timed
 from luminal.dtype import DType, bfloat16, float16, float32, int32
 from luminal.dtype import bool_ as bool  # noqa: A001 - lm.bool mirrors torch.bool
@@ -44,6 +45,7 @@ __all__ = [
     "bfloat16",
     "bool",
     "concat",
+    "nn",
     "float16",
     "float32",
     "int32",
