@@ -25,10 +25,15 @@ def __getattr__(name: str) -> object:
         from luminal.compiler.egraph import EGraphCompiler
 
         return EGraphCompiler
+    if name == "CPUCompiler":
+        from luminal.backends.cpu.compiler import CPUCompiler
+
+        return CPUCompiler
     raise AttributeError(f"module 'luminal' has no attribute {name!r}")
 
 
 __all__ = [
+    "CPUCompiler",
     "CompileError",
     "DType",
     "DTypeError",

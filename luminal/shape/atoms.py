@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import operator
+import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
@@ -94,11 +95,35 @@ _INFIX = {"floordiv": "//", "mod": "%", "lt": "<", "ge": ">=", "and": "and", "or
 _C_INFIX = {**_INFIX, "floordiv": "/", "and": "&&", "or": "||"}
 
 
+_SIMPLE = re.compile(r"^-?[A-Za-z_0-9]+$")
+
+
+def _operand(text: str) -> str:
+    """Parenthesise an operand unless it is a name or a number: `x / (2*n)`, not
+    `x / 2*n` (which C and Python read as `(x / 2)*n`)."""
+    if _SIMPLE.match(text) or _wrapped(text):
+        return text
+    return f"({text})"
+
+
+def _wrapped(text: str) -> bool:
+    """Whether the whole text is one parenthesised group."""
+    if not text.startswith("("):
+        return False
+    depth = 0
+    for i, char in enumerate(text):
+        depth += char == "("
+        depth -= char == ")"
+        if depth == 0:
+            return i == len(text) - 1
+    return False
+
+
 def _render_atom(atom: Atom, c_syntax: bool, bare: bool = False) -> str:
     if atom.op == "var":
         return atom.args[0]
-    a = render(atom.args[0], c_syntax)
-    b = render(atom.args[1], c_syntax)
+    a = _operand(render(atom.args[0], c_syntax))
+    b = _operand(render(atom.args[1], c_syntax))
     if atom.op in ("min", "max"):
         if not c_syntax:
             return f"{atom.op}({a}, {b})"

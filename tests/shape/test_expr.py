@@ -341,3 +341,12 @@ def test_boolean_helpers():
     assert ex.logical_and(a, 0) == 0 and ex.logical_or(a, 2) == 1
     assert ex.product([a, 2, "b"]) == a * var("b") * 2
     assert (a * var("b") + 1).variables() == {"a", "b"}
+
+
+def test_product_divisors_are_parenthesised_in_c_and_python():
+    """Regression: `x // (2*n)` once rendered as `x / 2*n`, read as `(x / 2) * n`."""
+    n, i = var("n"), var("i")
+    expr = (n * i + 3) // (n * 2) + (n * i) % (n * 3)
+    assert "/ (2*n)" in expr.to_c() and "% (3*n)" in expr.to_c()
+    env = {"n": 3, "i": 5}
+    assert eval(str(expr), {}, env) == expr.evaluate(env)  # noqa: S307 - our own rendering

@@ -33,7 +33,6 @@ from luminal.graph import Graph
 class Saturation:
     """An e-graph built from one program and saturated (as far as the limits allow)."""
 
-    egraph: EGraph
     tables: Tables
     program: Program
     output_classes: list[str]
@@ -118,7 +117,6 @@ class EGraphCompiler:
                 raise CompileError(f"e-graph ({self.name}): output {index} lost its class")
             classes.append(cls)
         return Saturation(
-            egraph,
             tables,
             program,
             classes,

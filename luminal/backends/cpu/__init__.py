@@ -1,0 +1,1 @@
+"""The CPU backend: generated C kernels built by `toolchain` (gcc, OpenMP, OpenBLAS)."""

@@ -1,0 +1,115 @@
+"""Contractions as BLAS sgemm calls, batched over leading axes, without copies.
+
+Each axis of the contraction's logical shape is classified by which operand varies
+along it: M (only a), N (only b), batch (both), K (the summed axis). When there is at
+most one M and one N axis, the operands are unpadded float32 buffers with a unit stride
+along one of their two matrix axes, and the output's batch axes come first, the
+product is `scipy_cblas_sgemm` per batch index; otherwise `None` (a generated loop).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from luminal.backends.cpu.codegen import KernelSource, _finish_source, c_expr
+from luminal.dtype import DType
+from luminal.graph import Graph, Node
+from luminal.shape.expr import ONE, ZERO, Expr, var
+from luminal.shape.tracker import contiguous_strides
+
+SGEMM_PROTOTYPE = (
+    "void scipy_cblas_sgemm(int, int, int, int, int, int, float, const float*, int, "
+    "const float*, int, float, float*, int);"
+)
+ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
+
+
+def _matrix(
+    rows: Expr | None, cols: Expr | None, s_rows: Expr, s_cols: Expr
+) -> tuple[int, Expr] | None:
+    """(transpose flag, leading dimension) for a row-major BLAS operand, or None."""
+    if cols is None or cols == 1 or s_cols == 1:
+        return NO_TRANS, s_rows if (rows is not None and rows != 1) else (cols or ONE)
+    if rows is None or rows == 1 or s_rows == 1:
+        return TRANS, s_cols if (cols is not None and cols != 1) else (rows or ONE)
+    return None
+
+
+def blas_contract_kernel(
+    graph: Graph, node: Node, materialised: set[int], dims: Sequence[str]
+) -> KernelSource | None:
+    a_edge, b_edge = node.inputs
+    if node.dtype != DType.float32:
+        return None
+    sources = [graph.nodes[e.source] for e in (a_edge, b_edge)]
+    if any(s.id not in materialised and type(s.op).__name__ != "Input" for s in sources):
+        return None
+    if a_edge.view.mask is not None or b_edge.view.mask is not None:
+        return None
+    shape = a_edge.view.shape
+    axis = node.op.axis
+    sa, sb = a_edge.view.strides, b_edge.view.strides
+    m_axes, n_axes, batch = [], [], []
+    for d in range(len(shape)):
+        if d == axis:
+            continue
+        a_var = sa[d] != 0 and shape[d] != 1
+        b_var = sb[d] != 0 and shape[d] != 1
+        if shape[d] == 1:
+            continue
+        if a_var and b_var:
+            batch.append(d)
+        elif a_var:
+            m_axes.append(d)
+        elif b_var:
+            n_axes.append(d)
+        else:
+            return None
+    if len(m_axes) > 1 or len(n_axes) > 1 or sa[axis] == 0 or sb[axis] == 0:
+        return None
+    out_axes = [d for d in range(len(shape)) if d != axis]
+    out_strides = dict(zip(out_axes, contiguous_strides(node.shape), strict=True))
+    m = shape[m_axes[0]] if m_axes else None
+    n = shape[n_axes[0]] if n_axes else None
+    k = shape[axis]
+    a_op = _matrix(m, k, sa[m_axes[0]] if m_axes else ZERO, sa[axis])
+    b_op = _matrix(k, n, sb[axis], sb[n_axes[0]] if n_axes else ZERO)
+    sc_m = out_strides[m_axes[0]] if m_axes else ZERO
+    sc_n = out_strides[n_axes[0]] if n_axes else ONE
+    if a_op is None or b_op is None:
+        return None
+    swap = not (n is None or n == 1 or sc_n == 1)
+    if swap and not (m is None or m == 1 or sc_m == 1):
+        return None
+    index = [var(f"i{j}_") for j in range(len(batch))]
+    a_off = a_edge.view.offset + sum((i * sa[d] for i, d in zip(index, batch, strict=True)), ZERO)
+    b_off = b_edge.view.offset + sum((i * sb[d] for i, d in zip(index, batch, strict=True)), ZERO)
+    c_off = sum((i * out_strides[d] for i, d in zip(index, batch, strict=True)), ZERO)
+    mm, nn = c_expr(m or ONE), c_expr(n or ONE)
+    if not swap:
+        ldc = sc_m if (m is not None and m != 1) else (n or ONE)
+        call = (
+            f"scipy_cblas_sgemm({ROW_MAJOR}, {a_op[0]}, {b_op[0]}, (int)({mm}), (int)({nn}), "
+            f"(int)({c_expr(k)}), 1.0f, b1 + {c_expr(a_off)}, (int)({c_expr(a_op[1])}), "
+            f"b2 + {c_expr(b_off)}, (int)({c_expr(b_op[1])}), 0.0f, b0 + {c_expr(c_off)}, "
+            f"(int)({c_expr(ldc)}));"
+        )
+    else:  # output holds (n, m): compute C^T = B^T A^T
+        ldc = sc_n
+        flip = {NO_TRANS: TRANS, TRANS: NO_TRANS}
+        call = (
+            f"scipy_cblas_sgemm({ROW_MAJOR}, {flip[b_op[0]]}, {flip[a_op[0]]}, (int)({nn}), "
+            f"(int)({mm}), (int)({c_expr(k)}), 1.0f, b2 + {c_expr(b_off)}, "
+            f"(int)({c_expr(b_op[1])}), b1 + {c_expr(a_off)}, (int)({c_expr(a_op[1])}), 0.0f, "
+            f"b0 + {c_expr(c_off)}, (int)({c_expr(ldc)}));"
+        )
+    body = call
+    for i, d in reversed(list(zip(index, batch, strict=True))):
+        name = c_expr(i)
+        body = f"for (long long {name} = 0; {name} < {c_expr(shape[d])}; {name}++) {{\n{body}\n}}"
+    body = "\n".join("    " + line for line in body.splitlines())
+    buffers = [node.id, a_edge.source, b_edge.source]
+    signature_types = ["float* restrict b0", "const float* b1", "const float* b2"]
+    return _finish_source(
+        "sgemm", buffers, signature_types, dims, body, [node.id], prelude=SGEMM_PROTOTYPE
+    )

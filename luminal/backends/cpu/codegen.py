@@ -1,0 +1,414 @@
+"""C code generation for fused kernels.
+
+Every kernel computes one materialised node. Its loop nest runs over the node's logical
+indices; values of inlined producers are C expressions of those indices, built by
+composing each edge's view (`index_expression`, `valid_expression`), so permutes,
+broadcasts, slices and pads are index arithmetic, never copies. Kernels take their
+buffers and the dimension array as arguments, so identical layers share one compiled
+object; symbolic dims are read from the dimension array at run time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from luminal import ops
+from luminal.dtype import DType
+from luminal.graph import Edge, Graph, Node
+from luminal.shape.expr import ONE, ZERO, Expr, var
+from luminal.shape.tracker import contiguous_strides
+
+C_STORAGE = {
+    DType.float32: "float",
+    DType.float16: "_Float16",
+    DType.bfloat16: "unsigned short",
+    DType.int32: "int",
+    DType.bool: "unsigned char",
+}
+C_COMPUTE = {
+    DType.float32: "float",
+    DType.float16: "float",
+    DType.bfloat16: "float",
+    DType.int32: "int",
+    DType.bool: "int",
+}
+
+PRELUDE = """#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+static inline float lm_bf16_load(unsigned short v) {
+    uint32_t bits = ((uint32_t)v) << 16; float f; memcpy(&f, &bits, 4); return f;
+}
+static inline unsigned short lm_bf16_store(float f) {
+    uint32_t bits; memcpy(&bits, &f, 4);
+    if (f != f) return (unsigned short)((bits >> 16) | 0x40);
+    bits += 0x7fff + ((bits >> 16) & 1); return (unsigned short)(bits >> 16);
+}
+static inline float lm_fmod_floor(float a, float b) {
+    float r = fmodf(a, b);
+    return (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) ? r + b : r;
+}
+static inline int lm_imod_floor(int a, int b) {
+    int r = a % b;
+    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+"""
+
+PARALLEL_THRESHOLD = 1 << 15
+
+
+@dataclass
+class KernelSource:
+    """A kernel's C source and how to call it."""
+
+    name: str
+    source: str
+    buffers: list[int]  # node ids passed as arguments: output first, then inputs
+    nodes: list[int]  # graph nodes computed by this kernel (for LUMINAL_DEBUG)
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.source.encode()).hexdigest()[:16]
+
+
+def dim_name(name: str) -> str:
+    return f"dim_{name}"
+
+
+_INDEX_VAR = re.compile(r"^[irg]\d+_$")
+
+
+def c_expr(expr: Expr) -> str:
+    """Render an index expression with dims renamed to their C locals (`dim_<name>`);
+    loop indices (`i0_`, `r0_`) keep their names."""
+    mapping = {n: var(dim_name(n)) for n in expr.variables() if not _INDEX_VAR.match(n)}
+    return expr.substitute(mapping).to_c() if mapping else expr.to_c()
+
+
+def _float_literal(value: float) -> str:
+    if value != value:
+        return "NAN"
+    if value in (float("inf"), float("-inf")):
+        return "INFINITY" if value > 0 else "(-INFINITY)"
+    return f"{float(value)!r}f"
+
+
+class KernelWriter:
+    """Renders the value of any node at given logical indices, inlining what the
+    schedule inlined and loading what it materialised."""
+
+    def __init__(self, graph: Graph, materialised: set[int]) -> None:
+        self.graph = graph
+        self.materialised = materialised
+        self.buffers: list[int] = []
+        self.nodes: list[int] = []
+
+    def buffer(self, node_id: int) -> str:
+        if node_id not in self.buffers:
+            self.buffers.append(node_id)
+        return f"b{self.buffers.index(node_id)}"
+
+    def load(self, node: Node, flat: Expr) -> str:
+        text = f"{self.buffer(node.id)}[{c_expr(flat)}]"
+        if node.dtype == DType.bfloat16:
+            return f"lm_bf16_load({text})"
+        if node.dtype == DType.float16:
+            return f"((float){text})"
+        if node.dtype == DType.bool:
+            return f"((int){text})"
+        return text
+
+    def edge(self, edge: Edge, indices: Sequence[Expr]) -> str:
+        source = self.graph.nodes[edge.source]
+        view = edge.view
+        if view.is_identity():
+            value = self.value(source, list(indices))
+        else:
+            flat = view.index_expression(indices)
+            value = self.value_at_flat(source, flat)
+        valid = view.valid_expression(indices)
+        if valid == 1:
+            return value
+        zero = "0.0f" if source.dtype.is_float else "0"
+        return f"({c_expr(valid)} ? {value} : {zero})"
+
+    def value_at_flat(self, node: Node, flat: Expr) -> str:
+        if node.id in self.materialised or isinstance(node.op, ops.Input):
+            return self.load(node, flat)
+        indices = []
+        for dim, stride in zip(node.shape, contiguous_strides(node.shape), strict=True):
+            indices.append(ZERO if dim == 1 else (flat // stride) % dim)
+        return self.value(node, indices)
+
+    def value(self, node: Node, indices: list[Expr]) -> str:
+        """The C expression of `node` at logical `indices`."""
+        if node.id in self.materialised or isinstance(node.op, ops.Input):
+            flat = ZERO
+            for index, stride in zip(indices, contiguous_strides(node.shape), strict=True):
+                flat = flat + index * stride
+            return self.load(node, flat)
+        self.nodes.append(node.id)
+        op = node.op
+        args = [self.edge(e, indices) for e in node.inputs]
+        render = OP_RENDERERS.get(type(op))
+        if render is None:
+            raise NotImplementedError(f"no C renderer for {op.name}")
+        text = render(self, node, args, indices)
+        # half-precision values round after every op, as the reference runtime does
+        if node.dtype == DType.float16:
+            return f"((float)(_Float16)({text}))"
+        if node.dtype == DType.bfloat16:
+            return f"lm_bf16_load(lm_bf16_store({text}))"
+        return text
+
+
+def _constant(w: KernelWriter, node: Node, args: list[str], idx: list[Expr]) -> str:
+    value = node.op.value
+    if isinstance(value, Expr):
+        text = f"({c_expr(value)})"
+        return f"((float){text})" if node.dtype.is_float else f"((int){text})"
+    if node.dtype.is_float:
+        return _float_literal(float(value))
+    return f"({int(value)})"
+
+
+def _iota(w: KernelWriter, node: Node, args: list[str], idx: list[Expr]) -> str:
+    flat = ZERO
+    for index, stride in zip(idx, contiguous_strides(node.shape), strict=True):
+        flat = flat + index * stride
+    text = f"({c_expr(node.op.expr.substitute({'z': flat}))})"
+    return f"((float){text})" if node.dtype.is_float else f"((int){text})"
+
+
+def _cast(w: KernelWriter, node: Node, args: list[str], idx: list[Expr]) -> str:
+    source = w.graph.nodes[node.inputs[0].source]
+    target = node.op.dtype
+    x = args[0]
+    if target == DType.bool:
+        return f"(({x}) != 0)"
+    if target == DType.int32:
+        return f"((int)({x}))"
+    if target.is_float and not source.dtype.is_float:
+        return f"((float)({x}))"
+    if target == DType.float16:
+        return f"((float)(_Float16)({x}))"
+    if target == DType.bfloat16:
+        return f"lm_bf16_load(lm_bf16_store({x}))"
+    return x
+
+
+def _fn(name: str):  # noqa: ANN202
+    return lambda w, node, args, idx: f"{name}({args[0]})"
+
+
+OP_RENDERERS = {
+    ops.Constant: _constant,
+    ops.Iota: _iota,
+    ops.Log2: _fn("log2f"),
+    ops.Exp2: _fn("exp2f"),
+    ops.Sin: _fn("sinf"),
+    ops.Sqrt: _fn("sqrtf"),
+    ops.Recip: lambda w, node, args, idx: f"(1.0f / {args[0]})",
+    ops.Add: lambda w, node, args, idx: f"({args[0]} + {args[1]})",
+    ops.Mul: lambda w, node, args, idx: f"({args[0]} * {args[1]})",
+    ops.Mod: lambda w, node, args, idx: (
+        f"lm_fmod_floor({args[0]}, {args[1]})"
+        if node.dtype.is_float
+        else f"lm_imod_floor({args[0]}, {args[1]})"
+    ),
+    ops.LessThan: lambda w, node, args, idx: (
+        f"(({args[0]} < {args[1]}) ? {'1.0f' if node.dtype.is_float else '1'} : "
+        f"{'0.0f' if node.dtype.is_float else '0'})"
+    ),
+    ops.Cast: _cast,
+    ops.Contiguous: lambda w, node, args, idx: args[0],
+    ops.GraphBreak: lambda w, node, args, idx: args[0],
+}
+
+
+def _store(node: Node, value: str) -> str:
+    if node.dtype == DType.bfloat16:
+        return f"lm_bf16_store({value})"
+    if node.dtype == DType.float16:
+        return f"(_Float16)({value})"
+    if node.dtype == DType.bool:
+        return f"(unsigned char)(({value}) != 0)"
+    return value
+
+
+def _index_vars(shape: Sequence[Expr], prefix: str = "i") -> list[Expr]:
+    out = []
+    for axis, dim in enumerate(shape):
+        upper = dim.as_int()
+        out.append(var(f"{prefix}{axis}_", upper - 1 if upper is not None else None))
+    return out
+
+
+def _loops(shape: Sequence[Expr], indices: Sequence[Expr], body: str, total: Expr) -> str:
+    """A loop nest over `shape`, outermost parallel when the work is large."""
+    if not shape:
+        return "    {\n" + body + "\n    }"
+    text = ""
+    indent = "    "
+    for axis, (dim, index) in enumerate(zip(shape, indices, strict=True)):
+        name = c_expr(index)
+        if axis == 0:
+            text += (
+                f"{indent}#pragma omp parallel for if(({c_expr(total)}) > {PARALLEL_THRESHOLD})\n"
+            )
+        text += f"{indent}for (long long {name} = 0; {name} < {c_expr(dim)}; {name}++) {{\n"
+        indent += "    "
+    text += "\n".join(indent + line for line in body.splitlines()) + "\n"
+    for _ in shape:
+        indent = indent[:-4]
+        text += f"{indent}}}\n"
+    return text.rstrip("\n")
+
+
+def kernel_name(graph: Graph, writer: KernelWriter, node: Node) -> str:
+    names = [graph.nodes[n].op.name.lower() for n in reversed(writer.nodes)]
+    if node.id not in writer.nodes:
+        names.append(node.op.name.lower())
+    seen: list[str] = []
+    for n in names:
+        if n not in seen:
+            seen.append(n)
+    return "_".join(seen[:4]) or node.op.name.lower()
+
+
+def elementwise_kernel(
+    graph: Graph, node: Node, materialised: set[int], dims: Sequence[str]
+) -> KernelSource:
+    writer = KernelWriter(graph, materialised - {node.id})
+    writer.buffer(node.id)
+    indices = _index_vars(node.shape)
+    value = writer.value(node, indices)
+    flat = ZERO
+    for index, stride in zip(indices, contiguous_strides(node.shape), strict=True):
+        flat = flat + index * stride
+    body = f"b0[{c_expr(flat)}] = {_store(node, value)};"
+    total = _product(node.shape)
+    return _finish(graph, node, writer, dims, _loops(node.shape, indices, body, total), [total])
+
+
+def reduce_kernel(
+    graph: Graph, node: Node, materialised: set[int], dims: Sequence[str]
+) -> KernelSource:
+    """SumReduce/MaxReduce, or a Contract (sum of a product) without BLAS: one output
+    element per outer iteration, producers fused into the inner loop."""
+    writer = KernelWriter(graph, materialised - {node.id})
+    writer.buffer(node.id)
+    axis = node.op.axis
+    view = node.inputs[0].view
+    size = view.shape[axis]
+    outer = _index_vars(node.shape)
+    upper = size.as_int()
+    reduce_index = var("r0_", upper - 1 if upper is not None else None)
+    inner = outer[:axis] + [reduce_index] + outer[axis:]
+    values = [writer.edge(edge, inner) for edge in node.inputs]
+    value = values[0] if len(values) == 1 else f"({values[0]} * {values[1]})"
+    compute = C_COMPUTE[node.dtype]
+    if isinstance(node.op, ops.MaxReduce):
+        init = "(-INFINITY)" if node.dtype.is_float else "(-2147483647 - 1)"
+        update = (
+            "acc = (v != v || v > acc) ? v : acc;"
+            if node.dtype.is_float
+            else "acc = v > acc ? v : acc;"
+        )
+    else:
+        init, update = ("0.0f" if node.dtype.is_float else "0"), "acc += v;"
+    flat = ZERO
+    for index, stride in zip(outer, contiguous_strides(node.shape), strict=True):
+        flat = flat + index * stride
+    r = c_expr(reduce_index)
+    body = (
+        f"{compute} acc = {init};\n"
+        f"for (long long {r} = 0; {r} < {c_expr(size)}; {r}++) {{\n"
+        f"    const {compute} v = {value};\n"
+        f"    {update}\n"
+        f"}}\n"
+        f"b0[{c_expr(flat)}] = {_store(node, 'acc')};"
+    )
+    total = _product(view.shape)
+    return _finish(graph, node, writer, dims, _loops(node.shape, outer, body, total), [total])
+
+
+def gather_kernel(
+    graph: Graph, node: Node, materialised: set[int], dims: Sequence[str]
+) -> KernelSource:
+    """Rows of a table at int32 indices; an index out of range reads row 0 and sets the
+    status flag the runtime turns into an ExecutionError."""
+    writer = KernelWriter(graph, materialised - {node.id})
+    writer.buffer(node.id)
+    table_edge, index_edge = node.inputs
+    lead = len(index_edge.view.shape)
+    indices = _index_vars(node.shape)
+    row = var("g0_")
+    index_value = writer.edge(index_edge, indices[:lead])
+    value = writer.edge(table_edge, [row, *indices[lead:]])
+    rows = c_expr(table_edge.view.shape[0])
+    flat = ZERO
+    for index, stride in zip(indices, contiguous_strides(node.shape), strict=True):
+        flat = flat + index * stride
+    body = (
+        f"long long g0_ = (long long)({index_value});\n"
+        f"if (g0_ < 0 || g0_ >= {rows}) {{ lm_gather_status = 1; g0_ = 0; }}\n"
+        f"b0[{c_expr(flat)}] = {_store(node, value)};"
+    )
+    total = _product(node.shape)
+    source = _finish(graph, node, writer, dims, _loops(node.shape, indices, body, total), [total])
+    source.source = "extern int lm_gather_status;\n" + source.source
+    return source
+
+
+def _product(shape: Sequence[Expr]) -> Expr:
+    total = ONE
+    for d in shape:
+        total = total * d
+    return total
+
+
+def _finish(
+    graph: Graph,
+    node: Node,
+    writer: KernelWriter,
+    dims: Sequence[str],
+    loops: str,
+    extra: list[Expr],
+) -> KernelSource:
+    types = []
+    for position, node_id in enumerate(writer.buffers):
+        storage = C_STORAGE[graph.nodes[node_id].dtype]
+        types.append(
+            f"{storage}* restrict b0" if position == 0 else f"const {storage}* restrict b{position}"
+        )
+    computed = sorted(set(writer.nodes + [node.id]))
+    return _finish_source(
+        kernel_name(graph, writer, node), writer.buffers, types, dims, loops, computed
+    )
+
+
+def _finish_source(
+    label: str,
+    buffers: list[int],
+    parameter_types: list[str],
+    dims: Sequence[str],
+    body: str,
+    computed: list[int],
+    prelude: str = "",
+) -> KernelSource:
+    """Wrap a kernel body into a function named after its ops and its source hash."""
+    locals_ = "".join(
+        f"    const long long {dim_name(n)} = d[{i}]; (void){dim_name(n)};\n"
+        for i, n in enumerate(dims)
+    )
+    params = ", ".join([*parameter_types, "const long long* restrict d"])
+    placeholder = "KERNEL_NAME"
+    source = f"{prelude}\n/* {label} */\nvoid {placeholder}({params}) {{\n{locals_}{body}\n}}\n"
+    digest = hashlib.sha256(source.encode()).hexdigest()[:12]
+    name = f"lm_{label}_{digest}"
+    return KernelSource(name, source.replace(placeholder, name), list(buffers), computed)

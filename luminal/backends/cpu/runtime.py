@@ -1,0 +1,238 @@
+"""The compiled CPU graph: kernels linked into one library and a runner per segment.
+
+All kernels of a segment are called from one generated C function, so a run makes one
+Python-level call per segment (a segment ends only at a Python `Function` op). Buffer
+pointers live in one ctypes array: inputs are refreshed per run (the user may set new
+arrays), intermediates point into an arena laid out by the memory plan, and retrieved or
+kept tensors get their own arrays. Plans are cached per set of dimension sizes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from luminal import ops
+from luminal.backends.cpu import toolchain
+from luminal.backends.cpu.codegen import PRELUDE, KernelSource
+from luminal.backends.cpu.memory import MemoryPlan, liveness, plan_memory
+from luminal.errors import ExecutionError
+from luminal.graph import Graph
+from luminal.reference.executor import resolve_dims
+from luminal.reference.kernels import KERNELS, KernelContext, compute_dtype
+from luminal.reference.views import read_view
+
+TIMING_HELPERS = r"""#include <stdio.h>
+#include <time.h>
+static double lm_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+static void lm_report(int segment, const char* name, double seconds) {
+    fprintf(stderr, "[luminal] segment %d %s %.3f ms\n", segment, name, seconds * 1e3);
+}
+"""
+
+
+@dataclass
+class Segment:
+    """Either a run of C kernels (`runner` set) or one Python Function node."""
+
+    kernels: list[KernelSource] = field(default_factory=list)
+    runner: str | None = None
+    function_node: int | None = None
+
+
+@dataclass
+class RunPlan:
+    plan: MemoryPlan
+    arena: np.ndarray
+    outputs: dict[int, np.ndarray]
+    pointers: Any
+
+
+class CompiledGraph:
+    """What `CPUCompiler` leaves in `graph.compiled`; `Graph.execute` calls `execute`."""
+
+    def __init__(
+        self,
+        graph: Graph,
+        segments: list[Segment],
+        buffer_nodes: list[int],
+        input_nodes: list[int],
+        dims: list[str],
+        steps: list[tuple[int, list[int]]],
+    ) -> None:
+        self.segments = segments
+        self.buffer_nodes = buffer_nodes  # slot -> node id
+        self.slot = {node_id: i for i, node_id in enumerate(buffer_nodes)}
+        self.input_nodes = input_nodes
+        self.dims = dims
+        self.steps = steps
+        self.keep = set(graph.retrieved) | set(graph.kept)
+        self.version = graph.nodes.version
+        self.plans: dict[tuple[int, ...], RunPlan] = {}
+        self.library: ctypes.CDLL | None = None
+        self.runners: list[Any] = []
+        self.debug = int(os.environ.get("LUMINAL_DEBUG", "0") or 0)
+
+    # ---------------------------------------------------------------- building
+    def build(self) -> None:
+        units: dict[str, str] = {}
+        for segment in self.segments:
+            for kernel in segment.kernels:
+                units[kernel.name] = PRELUDE + kernel.source
+        runner_source = self.runner_source()
+        units["lm_runner"] = runner_source
+        if self.debug:
+            for segment in self.segments:
+                for kernel in segment.kernels:
+                    print(f"// kernel {kernel.name} (graph nodes {kernel.nodes})")
+                    print(kernel.source)
+        path = toolchain.build_shared(sorted(units.items()), link_blas=True)
+        self.library = toolchain.load(path)
+        self.library.lm_gather_status_ptr.restype = ctypes.POINTER(ctypes.c_int)
+        self.runners = []
+        for segment in self.segments:
+            if segment.runner is not None:
+                fn = getattr(self.library, segment.runner)
+                fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+                fn.restype = None
+                self.runners.append(fn)
+            else:
+                self.runners.append(None)
+
+    def runner_source(self) -> str:
+        lines = [
+            "int lm_gather_status = 0;",
+            "int* lm_gather_status_ptr(void) { return &lm_gather_status; }",
+            "typedef void (*lm_kernel_fn)(void);",
+        ]
+        for segment in self.segments:
+            for kernel in segment.kernels:
+                lines.append(f"void {kernel.name}();")
+        for index, segment in enumerate(self.segments):
+            if segment.runner is None:
+                continue
+            body = []
+            for kernel in segment.kernels:
+                args = ", ".join(f"b[{self.slot[n]}]" for n in kernel.buffers)
+                timing = self.debug >= 2
+                call = f"{kernel.name}({args}, d);"
+                if timing:
+                    report = f'lm_report({index}, "{kernel.name}", lm_now() - t0);'
+                    body.append(f"    {{ double t0 = lm_now(); {call} {report} }}")
+                else:
+                    body.append(f"    {call}")
+            lines.append(f"void {segment.runner}(void** b, const long long* d) {{")
+            lines.extend(body)
+            lines.append("}")
+        if self.debug >= 2:
+            lines.insert(0, TIMING_HELPERS)
+        return "\n".join(lines) + "\n"
+
+    # ---------------------------------------------------------------- running
+    def run_plan(self, graph: Graph, dims: dict[str, int]) -> RunPlan:
+        key = tuple(dims.get(n, 0) for n in self.dims)
+        cached = self.plans.get(key)
+        if cached is not None:
+            return cached
+        sizes: dict[int, int] = {}
+        outputs: dict[int, np.ndarray] = {}
+        for node_id in self.buffer_nodes:
+            node = graph.nodes[node_id]
+            if node_id in self.input_nodes:
+                continue
+            shape = tuple(d.evaluate(dims) for d in node.shape)
+            if node_id in self.keep:
+                outputs[node_id] = np.empty(shape, dtype=node.dtype.numpy)
+            else:
+                sizes[node_id] = int(np.prod(shape, dtype=np.int64)) * node.dtype.itemsize
+        first, last = liveness([s for s in self.steps if s[0] in sizes or s[0] in outputs])
+        first = {n: first.get(n, 0) for n in sizes}
+        last = {n: last.get(n, first[n]) for n in sizes}
+        plan = plan_memory(sizes, first, last)
+        arena = np.empty(max(plan.arena_bytes, 64), dtype=np.uint8)
+        pointers = (ctypes.c_void_p * max(len(self.buffer_nodes), 1))()
+        base = arena.ctypes.data
+        for node_id, offset in plan.offsets.items():
+            pointers[self.slot[node_id]] = base + offset
+        for node_id, array in outputs.items():
+            pointers[self.slot[node_id]] = array.ctypes.data
+        run_plan = RunPlan(plan, arena, outputs, pointers)
+        self.plans[key] = run_plan
+        return run_plan
+
+    def execute(self, graph: Graph) -> None:
+        if graph.nodes.version != self.version:
+            raise ExecutionError(
+                "execute: the graph changed after CPUCompiler compiled it; compile again"
+            )
+        dims = resolve_dims(graph, self.input_nodes)
+        run = self.run_plan(graph, dims)
+        pointers = run.pointers
+        keep_alive = []
+        for node_id in self.input_nodes:
+            data = graph.input_data[node_id]
+            if not data.flags.c_contiguous:
+                data = np.ascontiguousarray(data)
+                keep_alive.append(data)
+            pointers[self.slot[node_id]] = data.ctypes.data
+        dim_values = (ctypes.c_longlong * max(len(self.dims), 1))(
+            *[dims.get(n, 0) for n in self.dims]
+        )
+        status = self.library.lm_gather_status_ptr()
+        status[0] = 0
+        for segment, runner in zip(self.segments, self.runners, strict=True):
+            start = time.perf_counter()
+            if runner is not None:
+                runner(
+                    ctypes.cast(pointers, ctypes.c_void_p), ctypes.cast(dim_values, ctypes.c_void_p)
+                )
+            else:
+                self._run_function(graph, segment.function_node, run, dims)
+            if self.debug >= 2:
+                print(f"[luminal] segment total {(time.perf_counter() - start) * 1e3:.3f} ms")
+        if status[0]:
+            raise ExecutionError("Gather: an index was out of range for its table")
+        graph.buffers = {n: a for n, a in run.outputs.items()}
+
+    def _run_function(self, graph: Graph, node_id: int, run: RunPlan, dims: dict) -> None:
+        node = graph.nodes[node_id]
+        arrays = []
+        for edge in node.inputs:
+            source = graph.nodes[edge.source]
+            buffer = self._buffer(graph, edge.source, run, dims)
+            arrays.append(read_view(buffer, edge.view, dims).astype(compute_dtype(source.dtype)))
+        result = KERNELS[ops.Function](node.op, arrays, KernelContext(node, dims))
+        target = self._buffer(graph, node_id, run, dims)
+        target[...] = np.asarray(result, dtype=node.dtype.numpy)
+
+    def _buffer(self, graph: Graph, node_id: int, run: RunPlan, dims: dict) -> np.ndarray:
+        node = graph.nodes[node_id]
+        if node_id in self.input_nodes:
+            return graph.input_data[node_id]
+        if node_id in run.outputs:
+            return run.outputs[node_id]
+        shape = tuple(d.evaluate(dims) for d in node.shape)
+        offset = run.plan.offsets[node_id]
+        count = int(np.prod(shape, dtype=np.int64))
+        return (
+            run.arena[offset : offset + count * node.dtype.itemsize]
+            .view(node.dtype.numpy)
+            .reshape(shape)
+        )
+
+    def memory_report(self, graph: Graph) -> dict[str, int]:
+        dims = resolve_dims(graph, self.input_nodes)
+        run = self.run_plan(graph, dims)
+        report = run.plan.report()
+        report["outputs_bytes"] = int(sum(a.nbytes for a in run.outputs.values()))
+        report["peak_bytes"] = report["arena_bytes"] + report["outputs_bytes"]
+        return report

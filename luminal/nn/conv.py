@@ -1,0 +1,271 @@
+"""Convolutions (torch.nn.Conv1d/2d/3d) as sliding-window views plus one matmul.
+
+The input is padded, each spatial dim is turned into (windows, kernel) by
+`pool_last_dim` (a strided view, so overlapping windows cost nothing), the windows are
+flattened into columns (one `Contiguous` copy: im2col) and contracted with the weight
+by a grouped matmul. The graph has a fixed, small number of nodes whatever the image
+size: there are no per-output-position ops.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Sequence
+from typing import Any
+
+from luminal.errors import LuminalError, ShapeError
+from luminal.graph import Graph
+from luminal.nn.layers import fan_in_bound, uniform_init
+from luminal.nn.module import Module
+from luminal.shape.expr import product, sym
+from luminal.tensor import GraphTensor
+
+IntOrTuple = int | Sequence[int]
+Padding = int | Sequence[int] | str
+
+
+def ntuple(value: Any, dims: int, what: str, op: str, minimum: int = 1) -> tuple[int, ...]:
+    """`value` (an int or a sequence of `dims` ints) as a tuple of `dims` ints >= minimum."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        values = (int(value),) * dims
+    elif isinstance(value, Sequence) and not isinstance(value, str):
+        values = tuple(value)
+        if len(values) != dims or not all(
+            isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in values
+        ):
+            raise ShapeError(f"{op}: {what} must be an int or {dims} ints, got {value!r}")
+        values = tuple(int(v) for v in values)
+    else:
+        raise ShapeError(f"{op}: {what} must be an int or {dims} ints, got {value!r}")
+    if any(v < minimum for v in values):
+        raise ShapeError(f"{op}: {what} must be >= {minimum}, got {value!r}")
+    return values
+
+
+def conv_padding(
+    padding: Padding,
+    kernel: Sequence[int],
+    stride: Sequence[int],
+    dilation: Sequence[int],
+    op: str,
+) -> tuple[tuple[int, int], ...]:
+    """(before, after) per spatial dim. "same" splits the total as PyTorch does (the odd
+    element goes after) and, as in PyTorch, needs stride 1."""
+    dims = len(kernel)
+    if isinstance(padding, str):
+        if padding == "valid":
+            return ((0, 0),) * dims
+        if padding == "same":
+            if any(s != 1 for s in stride):
+                raise ShapeError(
+                    f"{op}: padding='same' needs stride 1 (as in PyTorch), got stride {stride}"
+                )
+            totals = [d * (k - 1) for k, d in zip(kernel, dilation, strict=True)]
+            return tuple((t // 2, t - t // 2) for t in totals)
+        raise ShapeError(
+            f"{op}: padding must be an int, a tuple, 'same' or 'valid', got {padding!r}"
+        )
+    amounts = ntuple(padding, dims, "padding", op, minimum=0)
+    return tuple((p, p) for p in amounts)
+
+
+def sliding_windows(
+    x: GraphTensor,
+    kernel: Sequence[int],
+    stride: Sequence[int],
+    dilation: Sequence[int],
+    padding: Sequence[tuple[Any, Any]],
+    value: float = 0.0,
+) -> GraphTensor:
+    """Windows over the last len(kernel) dims: (..., *S) -> (..., *O, *kernel).
+
+    Pads with `value`, then for each spatial dim moves it last, pools it with
+    `pool_last_dim` and moves the window count back, appending the kernel dim at the
+    end. Views only, except one copy when a padded dim is pooled.
+    """
+    dims = len(kernel)
+    lead = x.ndim - dims
+    if any(before != 0 or after != 0 for before, after in padding):
+        x = x.pad([None] * lead + list(padding), value)
+    for i, (k, s, d) in enumerate(zip(kernel, stride, dilation, strict=True)):
+        axis = lead + i
+        nd = x.ndim
+        to_last = [a for a in range(nd) if a != axis] + [axis]
+        pooled = x.permute(to_last).pool_last_dim(k, s, d)  # (..., O_i, k_i)
+        back = list(range(axis)) + [nd - 1] + list(range(axis, nd - 1)) + [nd]
+        x = pooled.permute(back)
+    return x
+
+
+def conv(
+    x: GraphTensor,
+    weight: GraphTensor,
+    bias: GraphTensor | None = None,
+    stride: IntOrTuple = 1,
+    padding: Padding = 0,
+    dilation: IntOrTuple = 1,
+    groups: int = 1,
+    op: str = "conv",
+) -> GraphTensor:
+    """N-d convolution (torch.nn.functional.conv1d/2d/3d): x (N, C, *S) or unbatched
+    (C, *S), weight (out, C // groups, *kernel), bias (out,) or None. The number of
+    spatial dims is weight.ndim - 2; the batch dim may be symbolic."""
+    dims = weight.ndim - 2
+    if dims < 1:
+        raise ShapeError(
+            f"{op}: weight must be (out_channels, in_channels/groups, *kernel), "
+            f"got {weight._shape_text()}"
+        )
+    kernel = tuple(d.as_int() for d in weight.view.shape[2:])
+    if any(k is None or k < 1 for k in kernel):
+        raise ShapeError(f"{op}: kernel dims of weight {weight._shape_text()} must be known ints")
+    kernel = tuple(int(k) for k in kernel)  # type: ignore[arg-type]
+    stride_t = ntuple(stride, dims, "stride", op)
+    dilation_t = ntuple(dilation, dims, "dilation", op)
+    pads = conv_padding(padding, kernel, stride_t, dilation_t, op)
+    if not isinstance(groups, numbers.Integral) or groups < 1:
+        raise ShapeError(f"{op}: groups must be a positive int, got {groups!r}")
+    groups = int(groups)
+    unbatched = x.ndim == dims + 1
+    if x.ndim not in (dims + 1, dims + 2):
+        raise ShapeError(
+            f"{op}: expected input (N, C, {dims} spatial dims) or (C, {dims} spatial dims), "
+            f"got {x._shape_text()}"
+        )
+    out_channels = weight.view.shape[0].as_int()
+    group_in = weight.view.shape[1].as_int()
+    if out_channels is None or group_in is None:
+        raise ShapeError(f"{op}: weight shape {weight._shape_text()} must be known")
+    if out_channels % groups:
+        raise ShapeError(f"{op}: out_channels {out_channels} is not divisible by groups {groups}")
+    channels = x.view.shape[0 if unbatched else 1]
+    if channels != group_in * groups:
+        raise ShapeError(
+            f"{op}: input {x._shape_text()} has {channels} channels, but weight "
+            f"{weight._shape_text()} with groups={groups} expects {group_in * groups}"
+        )
+    if bias is not None and tuple(bias.view.shape) != (sym(out_channels),):
+        raise ShapeError(f"{op}: bias must have shape ({out_channels},), got {bias._shape_text()}")
+    for axis, (k, d, (before, after)) in enumerate(zip(kernel, dilation_t, pads, strict=True)):
+        size = x.view.shape[x.ndim - dims + axis].as_int()
+        if size is not None and size + before + after < d * (k - 1) + 1:
+            raise ShapeError(
+                f"{op}: spatial dim {axis} of input {x._shape_text()} (padded to "
+                f"{size + before + after}) is smaller than the dilated kernel {d * (k - 1) + 1}"
+            )
+
+    with x.graph.atomic():
+        if unbatched:
+            x = x.unsqueeze(0)
+        n = x.view.shape[0]
+        windows = sliding_windows(x, kernel, stride_t, dilation_t, pads)  # (N, C, *O, *k)
+        out_sizes = tuple(windows.view.shape[2 : 2 + dims])
+        positions = product(out_sizes)
+        taps = group_in * math.prod(kernel)
+        windows = windows.reshape((n, groups, group_in) + out_sizes + kernel)
+        order = (0, *range(3, 3 + dims), 1, 2, *range(3 + dims, 3 + 2 * dims))
+        # im2col: (N, positions, groups, 1, C/groups * prod(kernel)), one copy
+        columns = windows.permute(order).reshape((n, positions, groups, 1, taps))
+        matrix = weight.reshape((groups, out_channels // groups, taps)).permute(0, 2, 1)
+        out = columns.matmul(matrix)  # (N, positions, groups, 1, out/groups)
+        out = out.reshape((n, *out_sizes, out_channels))
+        if bias is not None:
+            out = out + bias
+        out = out.permute((0, dims + 1, *range(1, dims + 1)))
+        return out.squeeze(0) if unbatched else out
+
+
+class _ConvNd(Module):
+    """Shared body of Conv1d/2d/3d: parameters `weight` (out, in/groups, *kernel) and
+    `bias` (out,), PyTorch names and shapes."""
+
+    dims = 0
+
+    def __init__(
+        self,
+        graph: Graph,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: IntOrTuple,
+        stride: IntOrTuple = 1,
+        padding: Padding = 0,
+        dilation: IntOrTuple = 1,
+        groups: int = 1,
+        bias: bool = True,
+        padding_mode: str = "zeros",
+    ) -> None:
+        super().__init__(graph)
+        name = type(self).__name__
+        if padding_mode != "zeros":
+            raise LuminalError(
+                f"{name}: only padding_mode='zeros' is supported, got {padding_mode!r}"
+            )
+        if not isinstance(groups, numbers.Integral) or groups < 1:
+            raise ShapeError(f"{name}: groups must be a positive int, got {groups!r}")
+        if in_channels % groups or out_channels % groups:
+            raise ShapeError(
+                f"{name}: in_channels {in_channels} and out_channels {out_channels} must be "
+                f"divisible by groups {groups}"
+            )
+        self.in_channels = in_channels
+        self.out_channels = out_channels
+        self.kernel_size = ntuple(kernel_size, self.dims, "kernel_size", name)
+        self.stride = ntuple(stride, self.dims, "stride", name)
+        self.dilation = ntuple(dilation, self.dims, "dilation", name)
+        conv_padding(padding, self.kernel_size, self.stride, self.dilation, name)  # validate
+        self.padding = (
+            padding if isinstance(padding, str) else ntuple(padding, self.dims, "padding", name, 0)
+        )
+        self.groups = groups
+        shape = (out_channels, in_channels // groups, *self.kernel_size)
+        bound = fan_in_bound((in_channels // groups) * math.prod(self.kernel_size))
+        self.param("weight", shape, uniform_init(shape, bound))
+        self.bias = None
+        if bias:
+            self.param("bias", (out_channels,), uniform_init((out_channels,), bound))
+
+    def forward(self, x: GraphTensor) -> GraphTensor:
+        return conv(
+            x,
+            self.weight,
+            self.bias,
+            self.stride,
+            self.padding,
+            self.dilation,
+            self.groups,
+            op=type(self).__name__,
+        )
+
+    def extra_repr(self) -> str:
+        text = (
+            f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+            f"stride={self.stride}"
+        )
+        if self.padding != (0,) * self.dims:
+            text += f", padding={self.padding!r}"
+        if self.dilation != (1,) * self.dims:
+            text += f", dilation={self.dilation}"
+        if self.groups != 1:
+            text += f", groups={self.groups}"
+        if self.bias is None:
+            text += ", bias=False"
+        return text
+
+
+class Conv1d(_ConvNd):
+    """torch.nn.Conv1d: input (N, C, L)."""
+
+    dims = 1
+
+
+class Conv2d(_ConvNd):
+    """torch.nn.Conv2d: input (N, C, H, W)."""
+
+    dims = 2
+
+
+class Conv3d(_ConvNd):
+    """torch.nn.Conv3d: input (N, C, D, H, W)."""
+
+    dims = 3
