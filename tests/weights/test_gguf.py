@@ -190,7 +190,7 @@ def test_file_errors(tmp_path: Path) -> None:
     whole = (tmp_path / "whole.gguf").read_bytes()
     for size in (0, 20, len(whole) - 40):  # (the last 16 bytes are alignment padding)
         (tmp_path / "cut.gguf").write_bytes(whole[:size])
-        with pytest.raises(lm.LuminalError, match="not a readable GGUF"):
+        with pytest.raises(lm.LuminalError, match="not a readable GGUF|truncated"):
             load_gguf(tmp_path / "cut.gguf")
     writer = gguf.GGUFWriter(tmp_path / "q41.gguf", "llama")
     x = np.ones((2, 32), np.float32)

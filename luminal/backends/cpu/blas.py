@@ -24,14 +24,23 @@ SGEMM_PROTOTYPE = (
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 
 
+def _at_least(a: Expr, b: Expr) -> bool:
+    return (a - b).bounds()[0] >= 0
+
+
 def _matrix(
     rows: Expr | None, cols: Expr | None, s_rows: Expr, s_cols: Expr
 ) -> tuple[int, Expr] | None:
-    """(transpose flag, leading dimension) for a row-major BLAS operand, or None."""
-    if cols is None or cols == 1 or s_cols == 1:
-        return NO_TRANS, s_rows if (rows is not None and rows != 1) else (cols or ONE)
-    if rows is None or rows == 1 or s_rows == 1:
-        return TRANS, s_cols if (cols is not None and cols != 1) else (rows or ONE)
+    """(transpose flag, leading dimension) for a row-major BLAS operand, or None. The
+    leading dimension must be provably at least the row length: overlapping windows
+    (pooling views) have a smaller one and go to the loop kernel instead."""
+    r, c = rows or ONE, cols or ONE
+    if c == 1 or s_cols == 1:
+        ld = s_rows if r != 1 else c
+        return (NO_TRANS, ld) if _at_least(ld, c) else None
+    if r == 1 or s_rows == 1:
+        ld = s_cols if c != 1 else r
+        return (TRANS, ld) if _at_least(ld, r) else None
     return None
 
 

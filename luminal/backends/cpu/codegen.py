@@ -61,6 +61,10 @@ static inline int lm_imod_floor(int a, int b) {
 PARALLEL_THRESHOLD = 1 << 15
 
 
+class NotRowLocal(Exception):
+    """A row kernel would read a per-row value at another row: do not fuse."""
+
+
 @dataclass
 class KernelSource:
     """A kernel's C source and how to call it."""
@@ -79,7 +83,7 @@ def dim_name(name: str) -> str:
     return f"dim_{name}"
 
 
-_INDEX_VAR = re.compile(r"^[irg]\d+_$")
+_INDEX_VAR = re.compile(r"^[irgj]\d+_$")
 
 
 def c_expr(expr: Expr) -> str:
@@ -106,6 +110,15 @@ class KernelWriter:
         self.materialised = materialised
         self.buffers: list[int] = []
         self.nodes: list[int] = []
+        # row kernels: per-row values held in C locals, valid at the current row only
+        self.scalars: dict[int, str] = {}
+        self.row_flat: Expr | None = None
+
+    def scalar(self, node: Node, flat: Expr) -> str:
+        """The C local of a per-row value, if `flat` addresses the current row."""
+        if flat != self.row_flat:
+            raise NotRowLocal(f"node {node.id} is read away from the current row")
+        return self.scalars[node.id]
 
     def buffer(self, node_id: int) -> str:
         if node_id not in self.buffers:
@@ -137,6 +150,8 @@ class KernelWriter:
         return f"({c_expr(valid)} ? {value} : {zero})"
 
     def value_at_flat(self, node: Node, flat: Expr) -> str:
+        if node.id in self.scalars:
+            return self.scalar(node, flat)
         if node.id in self.materialised or isinstance(node.op, ops.Input):
             return self.load(node, flat)
         indices = []
@@ -146,6 +161,11 @@ class KernelWriter:
 
     def value(self, node: Node, indices: list[Expr]) -> str:
         """The C expression of `node` at logical `indices`."""
+        if node.id in self.scalars:
+            flat = ZERO
+            for index, stride in zip(indices, contiguous_strides(node.shape), strict=True):
+                flat = flat + index * stride
+            return self.scalar(node, flat)
         if node.id in self.materialised or isinstance(node.op, ops.Input):
             flat = ZERO
             for index, stride in zip(indices, contiguous_strides(node.shape), strict=True):
@@ -312,29 +332,105 @@ def reduce_kernel(
     values = [writer.edge(edge, inner) for edge in node.inputs]
     value = values[0] if len(values) == 1 else f"({values[0]} * {values[1]})"
     compute = C_COMPUTE[node.dtype]
-    if isinstance(node.op, ops.MaxReduce):
-        init = "(-INFINITY)" if node.dtype.is_float else "(-2147483647 - 1)"
-        update = (
-            "acc = (v != v || v > acc) ? v : acc;"
-            if node.dtype.is_float
-            else "acc = v > acc ? v : acc;"
-        )
-    else:
-        init, update = ("0.0f" if node.dtype.is_float else "0"), "acc += v;"
     flat = ZERO
     for index, stride in zip(outer, contiguous_strides(node.shape), strict=True):
         flat = flat + index * stride
-    r = c_expr(reduce_index)
     body = (
-        f"{compute} acc = {init};\n"
-        f"for (long long {r} = 0; {r} < {c_expr(size)}; {r}++) {{\n"
-        f"    const {compute} v = {value};\n"
-        f"    {update}\n"
-        f"}}\n"
-        f"b0[{c_expr(flat)}] = {_store(node, 'acc')};"
+        _reduction_loop(node, compute, value, reduce_index, size, "acc")
+        + f"\nb0[{c_expr(flat)}] = {_store(node, 'acc')};"
     )
     total = _product(view.shape)
     return _finish(graph, node, writer, dims, _loops(node.shape, outer, body, total), [total])
+
+
+def row_kernel(
+    graph: Graph, head: Node, absorbed: list[int], materialised: set[int], dims: Sequence[str]
+) -> KernelSource:
+    """One loop nest over rows for a head and the row reductions it needs (softmax,
+    layer norm): each absorbed reduction or per-row scalar becomes a C local computed in
+    a stage before the head's loop. Raises NotRowLocal when a value would be read at
+    another row."""
+    absorbed_set = set(absorbed)
+    writer = KernelWriter(graph, materialised - {head.id} - absorbed_set)
+    writer.buffer(head.id)
+    is_reduce = hasattr(head.op, "axis")
+    full = tuple(head.inputs[0].view.shape) if is_reduce else tuple(head.shape)
+    outer, inner = full[:-1], full[-1]
+    outer_idx = _index_vars(outer)
+    upper = inner.as_int()
+    j = var("j0_", upper - 1 if upper is not None else None)
+    row_flat = ZERO
+    for index, stride in zip(outer_idx, contiguous_strides(outer), strict=True):
+        row_flat = row_flat + index * stride
+    writer.row_flat = row_flat
+    stages: list[str] = []
+    for node_id in absorbed:
+        node = graph.nodes[node_id]
+        compute = C_COMPUTE[node.dtype]
+        local = f"s{node_id}"
+        if hasattr(node.op, "axis"):  # SumReduce, MaxReduce or a loop Contract
+            value = _reduced_value(writer, node, [*outer_idx, j])
+            stages.append(_reduction_loop(node, compute, value, j, inner, local))
+        elif tuple(node.shape) in (outer, (*outer, 1)):
+            indices = list(outer_idx) + ([ZERO] if len(node.shape) > len(outer) else [])
+            value = writer.value(node, indices)
+            stages.append(f"const {compute} {local} = {value};")
+        else:
+            continue  # a (rows, n) value: recomputed inline where read
+        writer.scalars[node_id] = local
+    compute = C_COMPUTE[head.dtype]
+    if is_reduce:
+        value = _reduced_value(writer, head, [*outer_idx, j])
+        stages.append(_reduction_loop(head, compute, value, j, inner, "acc"))
+        stages.append(f"b0[{c_expr(row_flat)}] = {_store(head, 'acc')};")
+    else:
+        value = writer.value(head, [*outer_idx, j])
+        target = c_expr(row_flat * inner + j)
+        name = c_expr(j)
+        stages.append(
+            f"for (long long {name} = 0; {name} < {c_expr(inner)}; {name}++) {{\n"
+            f"    b0[{target}] = {_store(head, value)};\n}}"
+        )
+    writer.nodes.extend(absorbed)
+    body = "\n".join(stages)
+    loops = _loops(outer, outer_idx, body, _product(full))
+    return _finish(graph, head, writer, dims, loops, [])
+
+
+def _reduced_value(writer: KernelWriter, node: Node, indices: list[Expr]) -> str:
+    """What a reduction sums or maxes at `indices`: its input, or a Contract's product."""
+    values = [writer.edge(edge, indices) for edge in node.inputs]
+    return values[0] if len(values) == 1 else f"({values[0]} * {values[1]})"
+
+
+def _reduction_loop(
+    node: Node, compute: str, value: str, index: Expr, size: Expr, local: str
+) -> str:
+    """A reduction loop gcc vectorises: `omp simd reduction` for sums; for floating max,
+    a max reduction plus a NaN flag, so a NaN anywhere gives NaN (as numpy does)."""
+    name = c_expr(index)
+    loop = f"for (long long {name} = 0; {name} < {c_expr(size)}; {name}++) {{\n"
+    if not isinstance(node.op, ops.MaxReduce):
+        init = "0.0f" if node.dtype.is_float else "0"
+        return (
+            f"{compute} {local} = {init};\n"
+            f"#pragma omp simd reduction(+:{local})\n{loop}"
+            f"    {local} += {value};\n}}"
+        )
+    if not node.dtype.is_float:
+        return (
+            f"int {local} = (-2147483647 - 1);\n"
+            f"#pragma omp simd reduction(max:{local})\n{loop}"
+            f"    const int v = {value};\n    {local} = v > {local} ? v : {local};\n}}"
+        )
+    return (
+        f"float {local} = (-INFINITY);\nint {local}_nan = 0;\n"
+        f"#pragma omp simd reduction(max:{local}) reduction(|:{local}_nan)\n{loop}"
+        f"    const float v = {value};\n"
+        f"    {local} = v > {local} ? v : {local};\n"
+        f"    {local}_nan |= (v != v);\n}}\n"
+        f"if ({local}_nan) {local} = NAN;"
+    )
 
 
 def gather_kernel(

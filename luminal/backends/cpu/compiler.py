@@ -12,9 +12,15 @@ import numpy as np
 from luminal import ops
 from luminal.backends.cpu import ops as cpu_ops
 from luminal.backends.cpu.blas import blas_contract_kernel
-from luminal.backends.cpu.codegen import elementwise_kernel, gather_kernel, reduce_kernel
+from luminal.backends.cpu.codegen import (
+    NotRowLocal,
+    elementwise_kernel,
+    gather_kernel,
+    reduce_kernel,
+    row_kernel,
+)
 from luminal.backends.cpu.runtime import CompiledGraph, Segment
-from luminal.backends.cpu.schedule import schedule
+from luminal.backends.cpu.schedule import row_groups, schedule
 from luminal.compiler.egraph import EGraphCompiler
 from luminal.compiler.passes import GenericCompiler
 from luminal.errors import CompileError
@@ -80,11 +86,24 @@ def lower(graph: Graph) -> CompiledGraph:
     plan = schedule(graph)
     materialised = set(plan.materialised) | set(plan.inputs)
     dims = _dims_of(graph)
+    row_kernels = {}
+    for head, absorbed in row_groups(graph, plan).items():
+        try:
+            row_kernels[head] = row_kernel(graph, graph.nodes[head], absorbed, materialised, dims)
+        except NotRowLocal:
+            continue
+        materialised -= set(absorbed)
+    plan.materialised = [n for n in plan.materialised if n in materialised]
     segments: list[Segment] = [Segment()]
     steps: list[tuple[int, list[int]]] = []
     for node_id in plan.materialised:
         node = graph.nodes[node_id]
         op = node.op
+        if node_id in row_kernels:
+            kernel = row_kernels[node_id]
+            segments[-1].kernels.append(kernel)
+            steps.append((node_id, list(kernel.buffers[1:])))
+            continue
         if isinstance(op, ops.Function):
             segments.append(Segment(function_node=node_id))
             segments.append(Segment())

@@ -25,7 +25,24 @@ ELEMENTWISE = (
     ops.GraphBreak,
 )
 INLINE_SOURCES = (ops.Constant, ops.Iota)
-NEEDS_BUFFERS = {"Contract", "Scatter"}
+
+
+def is_blas_contract(node) -> bool:  # noqa: ANN001 - a Node
+    """A Contract with a real matrix shape: one operand is broadcast along some axis (an
+    M or N axis), so BLAS applies. Without one it is an elementwise product summed
+    (a dot along rows), better fused as a loop."""
+    if type(node.op).__name__ != "Contract":
+        return False
+    views = [e.view for e in node.inputs]
+    return any(
+        (a == 0) != (b == 0)
+        for a, b, d in zip(views[0].strides, views[1].strides, views[0].shape, strict=True)
+        if d != 1
+    )
+
+
+def is_loop_contract(node) -> bool:  # noqa: ANN001 - a Node
+    return type(node.op).__name__ == "Contract" and not is_blas_contract(node)
 
 
 def _repeats_elements(view) -> bool:  # noqa: ANN001 - a ShapeTracker
@@ -58,7 +75,7 @@ def schedule(graph: Graph) -> Schedule:
     # ops that need their operands as whole buffers (Python functions, BLAS operands)
     for node_id in order:
         node = graph.nodes[node_id]
-        if type(node.op).__name__ in NEEDS_BUFFERS or isinstance(node.op, ops.Function):
+        if is_blas_contract(node) or isinstance(node.op, ops.Function | ops.Scatter):
             root_set.update(edge.source for edge in node.inputs)
     materialised: list[int] = []
     inputs: list[int] = []
@@ -78,3 +95,99 @@ def schedule(graph: Graph) -> Schedule:
                 continue
         materialised.append(node_id)
     return Schedule(order, materialised, inputs, inlined)
+
+
+def _is_row_reduce(graph: Graph, node_id: int, outer: tuple, inner) -> bool:  # noqa: ANN001
+    node = graph.nodes[node_id]
+    if not (isinstance(node.op, ops.SumReduce | ops.MaxReduce) or is_loop_contract(node)):
+        return False
+    shape = tuple(node.inputs[0].view.shape)
+    return node.op.axis == len(shape) - 1 and shape == (*outer, inner)
+
+
+def _is_row_scalar(graph: Graph, node_id: int, outer: tuple, inner) -> bool:  # noqa: ANN001
+    node = graph.nodes[node_id]
+    if _is_row_reduce(graph, node_id, outer, inner):
+        return True
+    return isinstance(node.op, ELEMENTWISE) and tuple(node.shape) in (outer, (*outer, 1))
+
+
+def row_groups(graph: Graph, plan: Schedule) -> dict[int, list[int]]:
+    """Fuse row reductions into the kernel of the node that consumes them.
+
+    A head is a materialised elementwise node of shape (*outer, n) or a reduction over the
+    last axis of such a shape. Walking up from it, materialised row reductions and
+    per-row scalars (shape `outer` or (*outer, 1)) become per-row C locals computed in
+    stages before the head's own loop, and materialised (*outer, n) values read only
+    inside the group are recomputed instead of stored. A row softmax or a layer norm
+    becomes one loop nest. Returns head -> absorbed nodes (in execution order)."""
+    materialised = set(plan.materialised)
+    roots = set(graph.output_roots())
+    readers: dict[int, set[int]] = {}
+    for node_id in plan.order:
+        for edge in graph.nodes[node_id].inputs:
+            readers.setdefault(edge.source, set()).add(node_id)
+    position = {n: i for i, n in enumerate(plan.order)}
+    groups: dict[int, list[int]] = {}
+    taken: set[int] = set()
+    for head in reversed(plan.materialised):
+        node = graph.nodes[head]
+        if head in taken:
+            continue
+        if isinstance(node.op, ELEMENTWISE) and len(node.shape) >= 1:
+            outer, inner = tuple(node.shape[:-1]), node.shape[-1]
+        elif (
+            isinstance(node.op, ops.SumReduce | ops.MaxReduce)
+            and node.op.axis == len(node.inputs[0].view.shape) - 1
+        ):
+            shape = tuple(node.inputs[0].view.shape)
+            outer, inner = shape[:-1], shape[-1]
+        else:
+            continue
+        excluded: set[int] = set()
+        while True:
+            members, absorbed = _walk_group(
+                graph, plan, node, outer, inner, materialised, roots | taken | excluded
+            )
+            leaking = {n for n in absorbed if not readers.get(n, set()) <= members}
+            if not leaking:
+                break
+            excluded |= leaking
+        if absorbed:
+            groups[head] = sorted(absorbed, key=position.__getitem__)
+            taken |= absorbed
+    return groups
+
+
+def _walk_group(
+    graph: Graph,
+    plan: Schedule,
+    head: object,
+    outer: tuple,
+    inner: object,
+    materialised: set[int],
+    blocked: set[int],
+) -> tuple[set[int], set[int]]:
+    """Members (head, inlined nodes, absorbed nodes) and absorbed nodes of a row group,
+    not descending into `blocked` nodes."""
+    members: set[int] = {head.id}
+    absorbed: set[int] = set()
+    stack = [e.source for e in head.inputs]
+    while stack:
+        source = stack.pop()
+        if source in members:
+            continue
+        src = graph.nodes[source]
+        if source not in materialised:
+            if source in plan.inlined:
+                members.add(source)
+                stack.extend(e.source for e in src.inputs)
+            continue
+        if source in blocked:
+            continue
+        recompute = isinstance(src.op, ELEMENTWISE) and tuple(src.shape) == (*outer, inner)
+        if recompute or _is_row_scalar(graph, source, outer, inner):
+            absorbed.add(source)
+            members.add(source)
+            stack.extend(e.source for e in src.inputs)
+    return members, absorbed

@@ -8,6 +8,7 @@ Saturation stops at a node limit or a time limit and extracts the best found so 
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -164,6 +165,9 @@ class EGraphCompiler:
         # regions wrote their own copies of shared constants: merge them, drop the old nodes
         CommonSubexpressionElimination().compile(graph)
         DeadCodeElimination().compile(graph)
+        # egglog e-graphs must be freed on the thread that made them: collect their
+        # reference cycles here, not later inside some worker thread
+        gc.collect()
         self.report.regions = len(regions)
         self.report.distinct_regions = len(done)
         self.report.seconds = time.perf_counter() - start
