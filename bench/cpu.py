@@ -51,7 +51,10 @@ def row(name: str, ours: float, peers: dict[str, float], extra: str = "") -> Non
 
 def bench_mlp(rng: np.random.Generator, repeats: int) -> None:
     sizes = [784, 512, 512, 10]
-    ws = [rng.standard_normal((i, o)).astype(np.float32) * 0.05 for i, o in zip(sizes, sizes[1:], strict=False)]
+    ws = [
+        rng.standard_normal((i, o)).astype(np.float32) * 0.05
+        for i, o in zip(sizes, sizes[1:], strict=False)
+    ]
     bs = [rng.standard_normal(o).astype(np.float32) * 0.05 for o in sizes[1:]]
     x = rng.standard_normal((64, 784)).astype(np.float32)
 
@@ -123,7 +126,8 @@ def bench_elementwise(rng: np.random.Generator, repeats: int) -> None:
         "8-op chain, 16M floats",
         ours,
         {"torch": best_of(torch_chain, repeats), "numpy": best_of(numpy_chain, repeats)},
-        f" | {achieved / 1e9:.1f} GB/s = {achieved / bandwidth:.0%} of copy {bandwidth / 1e9:.1f} GB/s",
+        f" | {achieved / 1e9:.1f} GB/s = {achieved / bandwidth:.0%} of copy "
+        f"{bandwidth / 1e9:.1f} GB/s",
     )
 
 
@@ -147,7 +151,9 @@ def bench_rows(rng: np.random.Generator, repeats: int) -> None:
 def bench_matmul(rng: np.random.Generator, repeats: int) -> None:
     a = rng.standard_normal((1024, 1024)).astype(np.float32)
     b = rng.standard_normal((1024, 1024)).astype(np.float32)
-    cx, (out,) = compiled(lambda cx: [(cx.tensor(a.shape).set(a) @ cx.tensor(b.shape).set(b)).retrieve()])
+    cx, (out,) = compiled(
+        lambda cx: [(cx.tensor(a.shape).set(a) @ cx.tensor(b.shape).set(b)).retrieve()]
+    )
     cx.execute()
     np.testing.assert_allclose(out.numpy(), a @ b, rtol=1e-3, atol=1e-2)
     ta, tb = torch.tensor(a), torch.tensor(b)
@@ -180,7 +186,10 @@ def bench_compile() -> None:
         times = []
         for _ in range(2):
             result = subprocess.run(
-                [sys.executable, "-c", COMPILE_SNIPPET], env=env, capture_output=True, text=True,
+                [sys.executable, "-c", COMPILE_SNIPPET],
+                env=env,
+                capture_output=True,
+                text=True,
                 check=True,
             )
             times.append(float(result.stdout.strip().splitlines()[-1]))

@@ -50,27 +50,27 @@ class Plan:
 
 
 def resolve_dims(graph: Any, inputs: list[int]) -> dict[str, int]:
-    """The dimension map, checked against every input's data."""
+    """The dimension map, checked against every input's data (messages are built only
+    when something is wrong: this runs on every execute)."""
     dims = dict(graph.dims)
     for node_id in inputs:
         node = graph.nodes[node_id]
         data = graph.input_data.get(node_id)
-        shape_text = format_shape(node.shape)
         if data is None:
             raise ExecutionError(
-                f"execute: input '{node.op.label}' of shape {shape_text} has no data; "
-                "call .set(array) on it first"
+                f"execute: input '{node.op.label}' of shape {format_shape(node.shape)} has "
+                "no data; call .set(array) on it first"
             )
         try:
             expected = tuple(d.evaluate(dims) for d in node.shape)
         except ShapeError as error:
             raise ShapeError(
-                f"execute: input '{node.op.label}' of shape {shape_text}: {error}"
+                f"execute: input '{node.op.label}' of shape {format_shape(node.shape)}: {error}"
             ) from None
         if expected != data.shape:
             raise ShapeError(
-                f"execute: input '{node.op.label}' has shape {shape_text} = {expected} with "
-                f"dims {dims}, but its data has shape {data.shape}"
+                f"execute: input '{node.op.label}' has shape {format_shape(node.shape)} = "
+                f"{expected} with dims {dims}, but its data has shape {data.shape}"
             )
     return dims
 

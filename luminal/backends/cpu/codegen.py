@@ -58,7 +58,7 @@ static inline int lm_imod_floor(int a, int b) {
 }
 """
 
-PARALLEL_THRESHOLD = 1 << 15
+PARALLEL_THRESHOLD = 1 << 18
 
 
 class NotRowLocal(Exception):
@@ -113,6 +113,8 @@ class KernelWriter:
         # row kernels: per-row values held in C locals, valid at the current row only
         self.scalars: dict[int, str] = {}
         self.row_flat: Expr | None = None
+        # row values already stored in the output row (b0), by node: their flat index
+        self.row_cache: dict[int, Expr] = {}
 
     def scalar(self, node: Node, flat: Expr) -> str:
         """The C local of a per-row value, if `flat` addresses the current row."""
@@ -161,11 +163,14 @@ class KernelWriter:
 
     def value(self, node: Node, indices: list[Expr]) -> str:
         """The C expression of `node` at logical `indices`."""
-        if node.id in self.scalars:
+        if node.id in self.scalars or node.id in self.row_cache:
             flat = ZERO
             for index, stride in zip(indices, contiguous_strides(node.shape), strict=True):
                 flat = flat + index * stride
-            return self.scalar(node, flat)
+            if node.id in self.row_cache and flat == self.row_cache[node.id]:
+                return f"b0[{c_expr(flat)}]"
+            if node.id in self.scalars:
+                return self.scalar(node, flat)
         if node.id in self.materialised or isinstance(node.op, ops.Input):
             flat = ZERO
             for index, stride in zip(indices, contiguous_strides(node.shape), strict=True):
@@ -370,7 +375,14 @@ def row_kernel(
         local = f"s{node_id}"
         if hasattr(node.op, "axis"):  # SumReduce, MaxReduce or a loop Contract
             value = _reduced_value(writer, node, [*outer_idx, j])
-            stages.append(_reduction_loop(node, compute, value, j, inner, local))
+            cached = _cacheable_row_value(graph, head, node, absorbed_set, is_reduce)
+            store = ""
+            if cached is not None and cached not in writer.row_cache:
+                # softmax: exp(x - max) is summed here and stored in the output row,
+                # so the head reads it back instead of computing it again
+                store = f"b0[{c_expr(row_flat * inner + j)}] = v;"
+                writer.row_cache[cached] = row_flat * inner + j
+            stages.append(_reduction_loop(node, compute, value, j, inner, local, store))
         elif tuple(node.shape) in (outer, (*outer, 1)):
             indices = list(outer_idx) + ([ZERO] if len(node.shape) > len(outer) else [])
             value = writer.value(node, indices)
@@ -403,11 +415,31 @@ def _reduced_value(writer: KernelWriter, node: Node, indices: list[Expr]) -> str
     return values[0] if len(values) == 1 else f"({values[0]} * {values[1]})"
 
 
+def _cacheable_row_value(
+    graph: Graph, head: Node, reduction: Node, absorbed: set[int], head_is_reduce: bool
+) -> int | None:
+    """The recomputed row value a sum reduces, when it can be kept in the head's output
+    row (same shape, float32, read through the identity view)."""
+    if head_is_reduce or not isinstance(reduction.op, ops.SumReduce):
+        return None
+    (edge,) = reduction.inputs
+    source = graph.nodes[edge.source]
+    if (
+        edge.source in absorbed
+        and edge.view.is_identity()
+        and tuple(source.shape) == tuple(head.shape)
+        and source.dtype == head.dtype == DType.float32
+    ):
+        return edge.source
+    return None
+
+
 def _reduction_loop(
-    node: Node, compute: str, value: str, index: Expr, size: Expr, local: str
+    node: Node, compute: str, value: str, index: Expr, size: Expr, local: str, store: str = ""
 ) -> str:
     """A reduction loop gcc vectorises: `omp simd reduction` for sums; for floating max,
-    a max reduction plus a NaN flag, so a NaN anywhere gives NaN (as numpy does)."""
+    a max reduction plus a NaN flag, so a NaN anywhere gives NaN (as numpy does).
+    `store` is a statement run per element with the value in `v`."""
     name = c_expr(index)
     loop = f"for (long long {name} = 0; {name} < {c_expr(size)}; {name}++) {{\n"
     if not isinstance(node.op, ops.MaxReduce):
@@ -415,7 +447,9 @@ def _reduction_loop(
         return (
             f"{compute} {local} = {init};\n"
             f"#pragma omp simd reduction(+:{local})\n{loop}"
-            f"    {local} += {value};\n}}"
+            f"    const {compute} v = {value};\n"
+            + (f"    {store}\n" if store else "")
+            + f"    {local} += v;\n}}"
         )
     if not node.dtype.is_float:
         return (
