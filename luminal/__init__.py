@@ -2,6 +2,7 @@
 
 from luminal import nn
 from luminal.compiler import GenericCompiler, Looped, Timed
+from luminal.custom import custom_kernel
 from luminal.dtype import DType, bfloat16, float16, float32, int32
 from luminal.dtype import bool_ as bool  # noqa: A001 - lm.bool mirrors torch.bool
 from luminal.errors import (
@@ -50,6 +51,7 @@ __all__ = [
     "bfloat16",
     "bool",
     "concat",
+    "custom_kernel",
     "nn",
     "float16",
     "float32",

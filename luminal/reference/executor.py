@@ -103,7 +103,7 @@ def make_plan(graph: Any, key: tuple, order: list[int], inputs: list[int], dims:
         node = graph.nodes[node_id]
         if isinstance(node.op, ops.Input) or node_id in fused:
             continue
-        ctx = KernelContext(node, dims)
+        ctx = KernelContext(node, dims, [graph.nodes[e.source].dtype for e in node.inputs])
         try:
             ctx.shape  # noqa: B018 - resolve symbolic dims now, to name the op on failure
         except ShapeError as error:

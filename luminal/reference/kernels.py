@@ -23,9 +23,12 @@ Kernel = Callable[[Any, list[np.ndarray], "KernelContext"], np.ndarray]
 class KernelContext:
     """What a kernel may need beyond its inputs: the node and the dimension map."""
 
-    def __init__(self, node: Any, dims: Mapping[str, int]) -> None:
+    def __init__(
+        self, node: Any, dims: Mapping[str, int], input_dtypes: list | None = None
+    ) -> None:
         self.node = node
         self.dims = dims
+        self.input_dtypes = input_dtypes or []
 
     @property
     def shape(self) -> tuple[int, ...]:

@@ -542,3 +542,21 @@ def _finish_source(
     digest = hashlib.sha256(source.encode()).hexdigest()[:12]
     name = f"lm_{label}_{digest}"
     return KernelSource(name, source.replace(placeholder, name), list(buffers), computed)
+
+
+def custom_kernel_source(graph: Graph, node: Node, dims: Sequence[str]) -> KernelSource:
+    """The user's C function plus a wrapper with the generated-kernel signature that
+    passes element counts (see luminal/custom.py for the ABI)."""
+    function = node.op.function
+    buffers = [node.id] + [edge.source for edge in node.inputs]
+    types = [f"{C_STORAGE[node.dtype]}* restrict b0"] + [
+        f"const {C_STORAGE[graph.nodes[n].dtype]}* restrict b{i + 1}"
+        for i, n in enumerate(buffers[1:])
+    ]
+    counts = [_product(node.shape)] + [_product(e.view.shape) for e in node.inputs]
+    numel = ", ".join(f"(long long)({c_expr(c)})" for c in counts)
+    args = ", ".join(f"b{i}" for i in range(len(buffers)))
+    body = f"    const long long numel[] = {{{numel}}};\n    {function}({args}, numel);"
+    return _finish_source(
+        f"custom_{function}", buffers, types, dims, body, [node.id], prelude=node.op.source
+    )

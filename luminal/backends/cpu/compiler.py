@@ -14,6 +14,7 @@ from luminal.backends.cpu import ops as cpu_ops
 from luminal.backends.cpu.blas import blas_contract_kernel
 from luminal.backends.cpu.codegen import (
     NotRowLocal,
+    custom_kernel_source,
     elementwise_kernel,
     gather_kernel,
     reduce_kernel,
@@ -23,6 +24,7 @@ from luminal.backends.cpu.runtime import CompiledGraph, Segment
 from luminal.backends.cpu.schedule import row_groups, schedule
 from luminal.compiler.egraph import EGraphCompiler
 from luminal.compiler.passes import GenericCompiler
+from luminal.custom import CustomKernel
 from luminal.errors import CompileError
 from luminal.graph import Graph
 from luminal.reference.views import read_view
@@ -117,6 +119,8 @@ def lower(graph: Graph) -> CompiledGraph:
             kernel = reduce_kernel(graph, node, materialised, dims)
         elif isinstance(op, ops.Gather):
             kernel = gather_kernel(graph, node, materialised, dims)
+        elif isinstance(op, CustomKernel):
+            kernel = custom_kernel_source(graph, node, dims)
         elif isinstance(op, ops.Scatter):
             raise CompileError("CPUCompiler: Scatter is not supported by the CPU backend yet")
         else:

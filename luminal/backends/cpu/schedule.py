@@ -75,7 +75,11 @@ def schedule(graph: Graph) -> Schedule:
     # ops that need their operands as whole buffers (Python functions, BLAS operands)
     for node_id in order:
         node = graph.nodes[node_id]
-        if is_blas_contract(node) or isinstance(node.op, ops.Function | ops.Scatter):
+        if (
+            is_blas_contract(node)
+            or isinstance(node.op, ops.Function | ops.Scatter)
+            or (type(node.op).__name__ == "CustomKernel")
+        ):
             root_set.update(edge.source for edge in node.inputs)
     materialised: list[int] = []
     inputs: list[int] = []

@@ -137,7 +137,8 @@ def encode_program(
 
     for index, inst in enumerate(program.instructions):
         edges = [Edge.of(term_of(ref), tables.view_term(view)) for ref, view in inst.inputs]
-        term = ENCODERS[type(inst.op)](inst, edges, tables)
+        # ops the e-graph has no term for (backend or user ops) travel as opaque functions
+        term = ENCODERS.get(type(inst.op), _function)(inst, edges, tables)
         if bind is not None and uses[index] > 1 and inst.inputs:
             term = bind(term)
         terms.append(term)
