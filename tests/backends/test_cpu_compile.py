@@ -48,7 +48,9 @@ def test_parallel_and_sequential_compiles_agree(tmp_path, monkeypatch, rng):
 
 def test_second_process_compiles_nothing(tmp_path):
     env = {**os.environ, "LUMINAL_CACHE_DIR": str(tmp_path)}
-    probe = MODEL + "\nfrom luminal.backends.cpu import toolchain\nprint(toolchain.stats().objects_compiled)"
+    probe = MODEL + (
+        "\nfrom luminal.backends.cpu import toolchain\nprint(toolchain.stats().objects_compiled)"
+    )
     counts = []
     for _ in range(2):
         result = subprocess.run(
