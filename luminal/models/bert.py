@@ -23,10 +23,10 @@ import numpy as np
 from luminal.dtype import float32, int32
 from luminal.errors import DTypeError, LuminalError, ShapeError
 from luminal.graph import Graph
+from luminal.models.pooling import l2_normalize, mean_pooling
 from luminal.nn.attention import MASK_VALUE, attend
 from luminal.nn.layers import GELU, Embedding, LayerNorm, Linear, Stateless, activation
 from luminal.nn.module import Module, ModuleList
-from luminal.models.pooling import l2_normalize, mean_pooling
 from luminal.tensor import GraphTensor
 from luminal.weights import BertConfig, load_hf_config, load_safetensors
 
@@ -142,7 +142,9 @@ class BertLayer(Module):
 class BertEncoder(Module):
     def __init__(self, graph: Graph, config: BertConfig) -> None:
         super().__init__(graph)
-        self.layer = ModuleList(graph, [BertLayer(graph, config) for _ in range(config.num_hidden_layers)])
+        self.layer = ModuleList(
+            graph, [BertLayer(graph, config) for _ in range(config.num_hidden_layers)]
+        )
 
     def forward(self, x: GraphTensor, mask: GraphTensor | None = None) -> GraphTensor:
         for layer in self.layer:
@@ -213,9 +215,7 @@ class Bert(Module):
         self, input_ids: GraphTensor, mask: GraphTensor | None, types: GraphTensor | None
     ) -> None:
         if input_ids.ndim != 2:
-            raise ShapeError(
-                f"Bert: input_ids must be (batch, seq), got {input_ids._shape_text()}"
-            )
+            raise ShapeError(f"Bert: input_ids must be (batch, seq), got {input_ids._shape_text()}")
         if input_ids.dtype.is_float:
             raise DTypeError(
                 f"Bert: input_ids must be int32, got {input_ids.dtype.value} of shape "

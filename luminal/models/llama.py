@@ -286,8 +286,10 @@ class LlamaSession:
         self._ensure_compiled()
         self.graph.execute()
         logits = self.logits.numpy()
-        for cache_in, cache_out in zip(self.cache_in, self.cache_out, strict=True):
-            cache_in.set(*cache_out.numpy())
+        # read every new cache before setting any input: setting one rebinds "past"
+        new_caches = [cache.numpy() for cache in self.cache_out]
+        for cache_in, arrays in zip(self.cache_in, new_caches, strict=True):
+            cache_in.set(*arrays)
         self.past += ids.shape[1]
         return logits
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from luminal import ops
 from luminal.dtype import DType
 from luminal.graph import Edge, Graph, Node
-from luminal.shape.expr import ONE, ZERO, Expr, var
+from luminal.shape.expr import ONE, ZERO, Expr, sym, var
 from luminal.shape.tracker import contiguous_strides
 
 C_STORAGE = {
@@ -333,19 +333,52 @@ def reduce_kernel(
     outer = _index_vars(node.shape)
     upper = size.as_int()
     reduce_index = var("r0_", upper - 1 if upper is not None else None)
-    inner = outer[:axis] + [reduce_index] + outer[axis:]
-    values = [writer.edge(edge, inner) for edge in node.inputs]
-    value = values[0] if len(values) == 1 else f"({values[0]} * {values[1]})"
     compute = C_COMPUTE[node.dtype]
     flat = ZERO
     for index, stride in zip(outer, contiguous_strides(node.shape), strict=True):
         flat = flat + index * stride
-    body = (
-        _reduction_loop(node, compute, value, reduce_index, size, "acc")
-        + f"\nb0[{c_expr(flat)}] = {_store(node, 'acc')};"
-    )
+    if upper is not None and upper <= UNROLL_LIMIT:
+        # a short reduction (relu is a max over the pair (x, 0)) unrolls into straight
+        # code, so the surrounding loop vectorises and padding checks fold away
+        terms = []
+        for k in range(upper):
+            indices = outer[:axis] + [sym(k)] + outer[axis:]
+            values = [writer.edge(edge, indices) for edge in node.inputs]
+            terms.append(values[0] if len(values) == 1 else f"({values[0]} * {values[1]})")
+        body = _unrolled(node, compute, terms) + f"\nb0[{c_expr(flat)}] = {_store(node, 'acc')};"
+    else:
+        inner = outer[:axis] + [reduce_index] + outer[axis:]
+        values = [writer.edge(edge, inner) for edge in node.inputs]
+        value = values[0] if len(values) == 1 else f"({values[0]} * {values[1]})"
+        body = (
+            _reduction_loop(node, compute, value, reduce_index, size, "acc")
+            + f"\nb0[{c_expr(flat)}] = {_store(node, 'acc')};"
+        )
     total = _product(view.shape)
     return _finish(graph, node, writer, dims, _loops(node.shape, outer, body, total), [total])
+
+
+UNROLL_LIMIT = 4
+
+
+def _unrolled(node: Node, compute: str, terms: list[str]) -> str:
+    """acc over a few values, with the same NaN rule as the loop form."""
+    lines = [f"{compute} acc = {terms[0]};"] if terms else [f"{compute} acc = 0;"]
+    is_max = isinstance(node.op, ops.MaxReduce)
+    for k, term in enumerate(terms[1:], start=1):
+        if not is_max:
+            lines.append(f"acc += {term};")
+        elif node.dtype.is_float:
+            lines.append(
+                f"{{ const float v{k} = {term}; acc = (v{k} > acc || v{k} != v{k}) ? v{k} : acc; }}"
+            )
+        else:
+            lines.append(f"{{ const int v{k} = {term}; acc = v{k} > acc ? v{k} : acc; }}")
+    if is_max and not terms:
+        lines[0] = (
+            f"{compute} acc = {'(-INFINITY)' if node.dtype.is_float else '(-2147483647 - 1)'};"
+        )
+    return "\n".join(lines)
 
 
 def row_kernel(
