@@ -30,6 +30,10 @@ def __getattr__(name: str) -> object:
         from luminal.backends.cpu.compiler import CPUCompiler
 
         return CPUCompiler
+    if name == "models":  # lm.models.Bert / lm.models.Llama without an explicit import
+        import luminal.models
+
+        return luminal.models
     raise AttributeError(f"module 'luminal' has no attribute {name!r}")
 
 

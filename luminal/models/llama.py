@@ -33,6 +33,8 @@ from luminal.weights import LlamaConfig, load_hf_config, load_safetensors
 
 PathLike = str | os.PathLike[str]
 
+# run plans a decode session lets the CPU runtime keep (see LlamaSession._bound_plan_cache)
+_MAX_RUN_PLANS = 4
 # state-dict entries some checkpoints carry that are buffers, not parameters
 _BUFFER_SUFFIXES = ("rotary_emb.inv_freq",)
 
@@ -285,6 +287,7 @@ class LlamaSession:
         self.ids.set(ids.astype(np.int32, copy=False))
         self._ensure_compiled()
         self.graph.execute()
+        self._bound_plan_cache()
         logits = self.logits.numpy()
         # read every new cache before setting any input: setting one rebinds "past"
         new_caches = [cache.numpy() for cache in self.cache_out]
@@ -293,11 +296,23 @@ class LlamaSession:
         self.past += ids.shape[1]
         return logits
 
-    def prefill(self, prompt_ids: np.ndarray) -> np.ndarray:
-        """Start a sequence: reset the caches and run the prompt (batch, seq)."""
-        prompt_ids = np.asarray(prompt_ids)
-        self.reset(prompt_ids.shape[0] if prompt_ids.ndim == 2 else 0)
-        return self.run(prompt_ids)
+    def _bound_plan_cache(self) -> None:
+        """The CPU runtime caches a run plan (arena and output arrays) per set of dim
+        sizes; every decode step has a new `past`, so without a bound the plans of a long
+        generation would hold O(steps^2) memory. Keep the most recent few."""
+        plans = getattr(self.compiled, "plans", None)
+        if isinstance(plans, dict):
+            while len(plans) > _MAX_RUN_PLANS:
+                plans.pop(next(iter(plans)))
+
+    def prefill(self, prompt_ids: np.ndarray | Sequence[int]) -> np.ndarray:
+        """Start a sequence: reset the caches and run the prompt, (batch, seq) or (seq,);
+        returns the last position's logits (batch, vocab)."""
+        prompt = np.asarray(prompt_ids)
+        if prompt.ndim == 1:
+            prompt = prompt[None]
+        self.reset(prompt.shape[0] if prompt.ndim == 2 else 0)
+        return self.run(prompt)
 
     def step(self, token_ids: np.ndarray | Sequence[int] | int) -> np.ndarray:
         """One new token per row (batch,) -> logits of it (batch, vocab)."""

@@ -20,10 +20,12 @@ def top_k_filter(logits: np.ndarray, k: int | None) -> np.ndarray:
     """Logits with everything below the k-th largest of each row set to -inf (ties with
     the k-th value are kept, as in transformers' TopKLogitsWarper)."""
     logits = np.asarray(logits, dtype=np.float32)
-    if k is None or k >= logits.shape[-1]:
+    if k is None:
         return logits
     if k < 1:
         raise LuminalError(f"top_k must be a positive int, got {k}")
+    if k >= logits.shape[-1]:
+        return logits
     kth = np.partition(logits, -k, axis=-1)[..., -k, None]
     return np.where(logits < kth, -np.inf, logits).astype(np.float32)
 
@@ -34,7 +36,7 @@ def top_p_filter(logits: np.ndarray, p: float | None) -> np.ndarray:
     logits = np.asarray(logits, dtype=np.float32)
     if p is None or p >= 1.0:
         return logits
-    if not 0.0 < p:
+    if not p > 0.0:  # NaN too
         raise LuminalError(f"top_p must be in (0, 1], got {p}")
     order = np.argsort(-logits, axis=-1, kind="stable")
     sorted_logits = np.take_along_axis(logits, order, axis=-1)
@@ -95,15 +97,21 @@ def generate(
     top_k: int | None = None,
     top_p: float | None = None,
     seed: int | None = None,
-    callback: Callable[[int], Any] | None = None,
+    callback: Callable[[Any], Any] | None = None,
     eos_token_id: int | Sequence[int] | None = None,
+    ignore_eos: bool = False,
     compile: bool = True,
 ) -> np.ndarray:
     """Continue `prompt_ids` ((seq,) or (batch, seq)) by up to `max_new_tokens` tokens with
-    the KV cache: one prefill run, then one run per token. `model` is a `Llama` (a
-    session is made and kept on it, compiled unless `compile=False`) or a `LlamaSession`.
-    `callback(token_id)` streams each new token (row 0's when batched). Stops early when
-    every row has produced `eos_token_id`. Returns the new tokens, (n,) or (batch, n)."""
+    the KV cache: one prefill run, then one run per token.
+
+    `model`: a `Llama` (a session is made and kept on it, compiled with lm.CPUCompiler()
+    unless `compile=False`) or a `LlamaSession`. Sampling: see `sample_logits`; `seed`
+    seeds a numpy Generator, so sampled generation is reproducible. `callback` streams each
+    new token: an int for an unbatched prompt, a (batch,) array otherwise. Generation stops
+    when every row has produced an end token (`eos_token_id`, default the config's; none
+    with `ignore_eos`); rows that ended earlier are filled with their end token. Returns
+    the new tokens, (n,) or (batch, n)."""
     from luminal.models.llama import Llama, LlamaSession
 
     if isinstance(model, Llama):
@@ -112,28 +120,32 @@ def generate(
         session = model
     else:
         raise LuminalError(f"generate: expected a Llama or LlamaSession, got {type(model)}")
-    prompt = np.asarray(prompt_ids, dtype=np.int32)
+    prompt = np.asarray(prompt_ids)
     unbatched = prompt.ndim == 1
     if unbatched:
         prompt = prompt[None]
-    if prompt.ndim != 2 or prompt.shape[1] == 0:
+    if prompt.ndim != 2 or prompt.shape[1] == 0 or prompt.dtype.kind not in "iu":
         raise ShapeError(
-            f"generate: prompt_ids must be a non-empty (seq,) or (batch, seq), got {prompt.shape}"
+            "generate: prompt_ids must be non-empty integer ids of shape (seq,) or "
+            f"(batch, seq), got {prompt.dtype} of shape {prompt.shape}"
         )
-    eos = set(np.atleast_1d(eos_token_id).tolist()) if eos_token_id is not None else set()
+    if eos_token_id is None:
+        eos_token_id = session.model.config.eos_token_id
+    eos = [] if ignore_eos or eos_token_id is None else np.atleast_1d(eos_token_id).tolist()
     rng = np.random.default_rng(seed)
     out = np.zeros((prompt.shape[0], 0), np.int32)
-    finished = np.zeros(prompt.shape[0], bool)
+    ended = np.full(prompt.shape[0], -1, np.int32)  # the end token of each ended row
     if max_new_tokens <= 0:
         return out[0] if unbatched else out
-    logits = session.prefill(prompt)
+    logits = session.prefill(prompt.astype(np.int32))
     while True:
         tokens = sample_logits(logits, temperature, top_k, top_p, rng)
+        tokens = np.where(ended >= 0, ended, tokens).astype(np.int32)
         out = np.concatenate([out, tokens[:, None]], axis=1)
         if callback is not None:
-            callback(int(tokens[0]))
-        finished |= np.isin(tokens, list(eos))
-        if out.shape[1] >= max_new_tokens or finished.all():
+            callback(int(tokens[0]) if unbatched else tokens.copy())
+        ended = np.where((ended < 0) & np.isin(tokens, eos), tokens, ended)
+        if out.shape[1] >= max_new_tokens or (ended >= 0).all():
             break
         logits = session.step(tokens)
     return out[0] if unbatched else out

@@ -14,7 +14,6 @@ import torch.nn.functional as F  # noqa: N812 - PyTorch's own alias
 import transformers
 
 import luminal as lm
-import luminal.models
 from luminal.models import SentenceEncoder, l2_normalize, mean_pooling
 from luminal.weights import save_safetensors
 from tests.conftest import assert_matches_torch, uniform

@@ -79,6 +79,14 @@ class KernelSource:
         return hashlib.sha256(self.source.encode()).hexdigest()[:16]
 
 
+def flat_index(indices: Sequence[Expr], shape: Sequence[Expr]) -> Expr:
+    """Row-major flat position of logical `indices` in a buffer of `shape`."""
+    flat = ZERO
+    for index, stride in zip(indices, contiguous_strides(shape), strict=True):
+        flat = flat + index * stride
+    return flat
+
+
 def dim_name(name: str) -> str:
     return f"dim_{name}"
 
@@ -164,17 +172,13 @@ class KernelWriter:
     def value(self, node: Node, indices: list[Expr]) -> str:
         """The C expression of `node` at logical `indices`."""
         if node.id in self.scalars or node.id in self.row_cache:
-            flat = ZERO
-            for index, stride in zip(indices, contiguous_strides(node.shape), strict=True):
-                flat = flat + index * stride
+            flat = flat_index(indices, node.shape)
             if node.id in self.row_cache and flat == self.row_cache[node.id]:
                 return f"b0[{c_expr(flat)}]"
             if node.id in self.scalars:
                 return self.scalar(node, flat)
         if node.id in self.materialised or isinstance(node.op, ops.Input):
-            flat = ZERO
-            for index, stride in zip(indices, contiguous_strides(node.shape), strict=True):
-                flat = flat + index * stride
+            flat = flat_index(indices, node.shape)
             return self.load(node, flat)
         self.nodes.append(node.id)
         op = node.op
@@ -202,9 +206,7 @@ def _constant(w: KernelWriter, node: Node, args: list[str], idx: list[Expr]) -> 
 
 
 def _iota(w: KernelWriter, node: Node, args: list[str], idx: list[Expr]) -> str:
-    flat = ZERO
-    for index, stride in zip(idx, contiguous_strides(node.shape), strict=True):
-        flat = flat + index * stride
+    flat = flat_index(idx, node.shape)
     text = f"({c_expr(node.op.expr.substitute({'z': flat}))})"
     return f"((float){text})" if node.dtype.is_float else f"((int){text})"
 
@@ -312,9 +314,7 @@ def elementwise_kernel(
     writer.buffer(node.id)
     indices = _index_vars(node.shape)
     value = writer.value(node, indices)
-    flat = ZERO
-    for index, stride in zip(indices, contiguous_strides(node.shape), strict=True):
-        flat = flat + index * stride
+    flat = flat_index(indices, node.shape)
     body = f"b0[{c_expr(flat)}] = {_store(node, value)};"
     total = _product(node.shape)
     return _finish(graph, node, writer, dims, _loops(node.shape, indices, body, total), [total])
@@ -334,9 +334,7 @@ def reduce_kernel(
     upper = size.as_int()
     reduce_index = var("r0_", upper - 1 if upper is not None else None)
     compute = C_COMPUTE[node.dtype]
-    flat = ZERO
-    for index, stride in zip(outer, contiguous_strides(node.shape), strict=True):
-        flat = flat + index * stride
+    flat = flat_index(outer, node.shape)
     if upper is not None and upper <= UNROLL_LIMIT:
         # a short reduction (relu is a max over the pair (x, 0)) unrolls into straight
         # code, so the surrounding loop vectorises and padding checks fold away
@@ -397,9 +395,7 @@ def row_kernel(
     outer_idx = _index_vars(outer)
     upper = inner.as_int()
     j = var("j0_", upper - 1 if upper is not None else None)
-    row_flat = ZERO
-    for index, stride in zip(outer_idx, contiguous_strides(outer), strict=True):
-        row_flat = row_flat + index * stride
+    row_flat = flat_index(outer_idx, outer)
     writer.row_flat = row_flat
     stages: list[str] = []
     for node_id in absorbed:
@@ -514,9 +510,7 @@ def gather_kernel(
     index_value = writer.edge(index_edge, indices[:lead])
     value = writer.edge(table_edge, [row, *indices[lead:]])
     rows = c_expr(table_edge.view.shape[0])
-    flat = ZERO
-    for index, stride in zip(indices, contiguous_strides(node.shape), strict=True):
-        flat = flat + index * stride
+    flat = flat_index(indices, node.shape)
     body = (
         f"long long g0_ = (long long)({index_value});\n"
         f"if (g0_ < 0 || g0_ >= {rows}) {{ lm_gather_status = 1; g0_ = 0; }}\n"
