@@ -356,6 +356,13 @@ class Graph:
 
         execute(self)
 
+    def memory_report(self) -> dict[str, int]:
+        """Bytes the compiled graph's memory plan uses at the current dims (arena, without
+        reuse, outputs, peak); needs a compiler with a memory plan (lm.CPUCompiler)."""
+        if self.compiled is None or not hasattr(self.compiled, "memory_report"):
+            raise GraphError("memory_report: compile the graph with lm.CPUCompiler() first")
+        return self.compiled.memory_report(self)
+
     def execute_debug(self) -> None:
         """Run with the reference runtime, printing each op, its shapes and its time."""
         from luminal.reference.executor import execute
