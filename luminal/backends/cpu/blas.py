@@ -4,7 +4,8 @@ Each axis of the contraction's logical shape is classified by which operand vari
 along it: M (only a), N (only b), batch (both), K (the summed axis). When there is at
 most one M and one N axis, the operands are unpadded float32 buffers with a unit stride
 along one of their two matrix axes, and the output's batch axes come first, the
-product is one sgemm (MKL or OpenBLAS, see toolchain.blas_flags) per batch index; otherwise `None` (a generated loop).
+product is one sgemm (MKL or OpenBLAS, see `toolchain.blas_flags`) per batch index;
+otherwise `None` (a generated loop).
 """
 
 from __future__ import annotations
