@@ -45,15 +45,6 @@ def bert_activation(name: str) -> Stateless:
     return activation(name)
 
 
-def per_token(layer: Linear, x: GraphTensor) -> GraphTensor:
-    """`layer` applied to (batch, seq, features) as one (batch * seq, features) matrix:
-    the CPU backend lowers a 2-D product to one BLAS call, while a 3-D one with two
-    symbolic row axes falls back to a generated loop (~30x slower here)."""
-    if x.ndim != 3:
-        return layer(x)
-    return layer(x.merge_dims(0, 1)).split_dims(0, x.shape[1])
-
-
 # ---------------------------------------------------------------- blocks
 class BertEmbeddings(Module):
     """word + absolute position + token type embeddings, then LayerNorm."""
@@ -96,7 +87,7 @@ class BertSelfAttention(Module):
         def heads(t: GraphTensor) -> GraphTensor:  # (b, s, h*d) -> (b, h, s, d)
             return t.split_dims(-1, self.head_dim).permute(0, 2, 1, 3)
 
-        q, k, v = (heads(per_token(p, x)) for p in (self.query, self.key, self.value))
+        q, k, v = (heads(p(x)) for p in (self.query, self.key, self.value))
         out, _ = attend(q, k, v, mask)
         return out.permute(0, 2, 1, 3).merge_dims(2, 3)
 
@@ -110,7 +101,7 @@ class BertSelfOutput(Module):
         self.LayerNorm = LayerNorm(graph, config.hidden_size, config.layer_norm_eps)
 
     def forward(self, hidden: GraphTensor, residual: GraphTensor) -> GraphTensor:
-        return self.LayerNorm(per_token(self.dense, hidden) + residual)
+        return self.LayerNorm(self.dense(hidden) + residual)
 
 
 class BertAttention(Module):
@@ -130,7 +121,7 @@ class BertIntermediate(Module):
         self.intermediate_act_fn = bert_activation(config.hidden_act)
 
     def forward(self, x: GraphTensor) -> GraphTensor:
-        return self.intermediate_act_fn(per_token(self.dense, x))
+        return self.intermediate_act_fn(self.dense(x))
 
 
 class BertLayer(Module):

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from luminal.dtype import int32
-from luminal.errors import LuminalError, ShapeError
+from luminal.errors import DTypeError, LuminalError, ShapeError
 from luminal.graph import Graph
 from luminal.nn.attention import KVCache, LlamaDecoderLayer, RotaryEmbedding
 from luminal.nn.layers import Embedding, Linear, RMSNorm
@@ -33,8 +33,6 @@ from luminal.weights import LlamaConfig, load_hf_config, load_safetensors
 
 PathLike = str | os.PathLike[str]
 
-# run plans a decode session lets the CPU runtime keep (see LlamaSession._bound_plan_cache)
-_MAX_RUN_PLANS = 4
 # state-dict entries some checkpoints carry that are buffers, not parameters
 _BUFFER_SUFFIXES = ("rotary_emb.inv_freq",)
 
@@ -178,7 +176,10 @@ class Llama(Module):
         vocab), which is all decoding needs and skips the head for the other positions."""
         name = f"Llama(vocab_size={self.config.vocab_size})"
         if ids.dtype.is_float:
-            raise ShapeError(f"{name}: token ids must be int32, got {ids.dtype.value}")
+            raise DTypeError(
+                f"{name}: token ids must be int32, got {ids.dtype.value} ids of shape "
+                f"{ids._shape_text()}"
+            )
         if ids.ndim == 1:
             logits, new_caches = self.forward_with_cache(ids.unsqueeze(0), caches, last_only)
             return logits.squeeze(0), new_caches
@@ -287,7 +288,6 @@ class LlamaSession:
         self.ids.set(ids.astype(np.int32, copy=False))
         self._ensure_compiled()
         self.graph.execute()
-        self._bound_plan_cache()
         logits = self.logits.numpy()
         # read every new cache before setting any input: setting one rebinds "past"
         new_caches = [cache.numpy() for cache in self.cache_out]
@@ -295,15 +295,6 @@ class LlamaSession:
             cache_in.set(*arrays)
         self.past += ids.shape[1]
         return logits
-
-    def _bound_plan_cache(self) -> None:
-        """The CPU runtime caches a run plan (arena and output arrays) per set of dim
-        sizes; every decode step has a new `past`, so without a bound the plans of a long
-        generation would hold O(steps^2) memory. Keep the most recent few."""
-        plans = getattr(self.compiled, "plans", None)
-        if isinstance(plans, dict):
-            while len(plans) > _MAX_RUN_PLANS:
-                plans.pop(next(iter(plans)))
 
     def prefill(self, prompt_ids: np.ndarray | Sequence[int]) -> np.ndarray:
         """Start a sequence: reset the caches and run the prompt, (batch, seq) or (seq,);

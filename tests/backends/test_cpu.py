@@ -181,3 +181,21 @@ def test_recompiling_a_changed_graph_is_required(rng):
     (x * 3).retrieve()
     with pytest.raises(lm.ExecutionError, match="compile again"):
         cx.execute()
+
+
+def test_linear_on_batched_sequences_uses_one_sgemm(rng):
+    """(batch, seq, k) @ W merges the batch and seq axes into one BLAS M axis."""
+    cx = lm.Graph()
+    x = cx.tensor(("b", "s", 16)).set(uniform(rng, (2, 5, 16)))
+    w = cx.tensor((8, 16)).set(uniform(rng, (8, 16)))
+    out = (x @ w.T).retrieve()
+    expected = reference_outputs(cx, [out])[0]
+    compiled = cx.compile(CPUCompiler())
+    assert any(k.name.startswith("lm_sgemm") for s in compiled.segments for k in s.kernels)
+    cx.execute()
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5, atol=1e-5)
+    x.set(uniform(rng, (3, 4, 16)))
+    cx.execute()
+    np.testing.assert_allclose(
+        out.numpy(), cx.input_data[x.node_id] @ w.numpy().T, rtol=1e-5, atol=1e-5
+    )

@@ -54,6 +54,25 @@ def _matrix(
     return None
 
 
+def _merge_axes(
+    axes: list[int], shape: Sequence[Expr], strides: tuple
+) -> tuple[Expr | None, int | None] | None:
+    """(merged size, innermost axis) of axes that are consecutive and row-major in every
+    stride table given; (None, None) for no axes; None when they cannot merge."""
+    if not axes:
+        return None, None
+    if axes != list(range(axes[0], axes[-1] + 1)):
+        return None
+    size = ONE
+    for d in axes:
+        size = size * shape[d]
+    for table in strides:
+        for outer, inner in zip(axes, axes[1:], strict=False):
+            if table[outer] != table[inner] * shape[inner]:
+                return None
+    return size, axes[-1]
+
+
 def blas_contract_kernel(
     graph: Graph, node: Node, materialised: set[int], dims: Sequence[str]
 ) -> KernelSource | None:
@@ -84,17 +103,23 @@ def blas_contract_kernel(
             n_axes.append(d)
         else:
             return None
-    if len(m_axes) > 1 or len(n_axes) > 1 or sa[axis] == 0 or sb[axis] == 0:
+    if sa[axis] == 0 or sb[axis] == 0:
         return None
     out_axes = [d for d in range(len(shape)) if d != axis]
     out_strides = dict(zip(out_axes, contiguous_strides(node.shape), strict=True))
-    m = shape[m_axes[0]] if m_axes else None
-    n = shape[n_axes[0]] if n_axes else None
+    # several M (or N) axes act as one when they are adjacent and row-major both in the
+    # operand and in the output: (batch, seq, hidden) @ W is one (batch*seq, hidden) product
+    m_group = _merge_axes(m_axes, shape, (sa, out_strides))
+    n_group = _merge_axes(n_axes, shape, (sb, out_strides))
+    if m_group is None or n_group is None:
+        return None
+    m, m_inner = m_group
+    n, n_inner = n_group
     k = shape[axis]
-    a_op = _matrix(m, k, sa[m_axes[0]] if m_axes else ZERO, sa[axis])
-    b_op = _matrix(k, n, sb[axis], sb[n_axes[0]] if n_axes else ZERO)
-    sc_m = out_strides[m_axes[0]] if m_axes else ZERO
-    sc_n = out_strides[n_axes[0]] if n_axes else ONE
+    a_op = _matrix(m, k, sa[m_inner] if m_inner is not None else ZERO, sa[axis])
+    b_op = _matrix(k, n, sb[axis], sb[n_inner] if n_inner is not None else ZERO)
+    sc_m = out_strides[m_inner] if m_inner is not None else ZERO
+    sc_n = out_strides[n_inner] if n_inner is not None else ONE
     if a_op is None or b_op is None:
         return None
     swap = not (n is None or n == 1 or sc_n == 1)

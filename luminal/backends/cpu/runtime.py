@@ -40,6 +40,9 @@ static void lm_report(int segment, const char* name, double seconds) {
 """
 
 
+MAX_CACHED_PLANS = 8
+
+
 @dataclass
 class Segment:
     """Either a run of C kernels (`runner` set) or one Python Function node."""
@@ -142,7 +145,10 @@ class CompiledGraph:
         key = tuple(dims.get(n, 0) for n in self.dims)
         cached = self.plans.get(key)
         if cached is not None:
+            self.plans[key] = self.plans.pop(key)  # most recently used last
             return cached
+        while len(self.plans) >= MAX_CACHED_PLANS:  # decoding visits a new size per token
+            self.plans.pop(next(iter(self.plans)))
         sizes: dict[int, int] = {}
         outputs: dict[int, np.ndarray] = {}
         for node_id in self.buffer_nodes:
