@@ -52,6 +52,8 @@ static inline float lm_fmod_floor(float a, float b) {
     float r = fmodf(a, b);
     return (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) ? r + b : r;
 }
+static inline float lm_max_nan(float a, float b) { return (b > a || b != b) ? b : a; }
+static inline int lm_max_int(int a, int b) { return b > a ? b : a; }
 static inline int lm_imod_floor(int a, int b) {
     int r = a % b;
     return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
@@ -148,6 +150,8 @@ class KernelWriter:
     def edge(self, edge: Edge, indices: Sequence[Expr]) -> str:
         source = self.graph.nodes[edge.source]
         view = edge.view
+        if view.valid_expression(indices) == 0:  # reads padding only: no need to render
+            return "0.0f" if source.dtype.is_float else "0"
         if view.is_identity():
             value = self.value(source, list(indices))
         else:
@@ -182,7 +186,8 @@ class KernelWriter:
             return self.load(node, flat)
         self.nodes.append(node.id)
         op = node.op
-        args = [self.edge(e, indices) for e in node.inputs]
+        reduces = isinstance(op, ops.SumReduce | ops.MaxReduce)
+        args = [] if reduces else [self.edge(e, indices) for e in node.inputs]
         render = OP_RENDERERS.get(type(op))
         if render is None:
             raise NotImplementedError(f"no C renderer for {op.name}")
@@ -232,7 +237,31 @@ def _fn(name: str):  # noqa: ANN202
     return lambda w, node, args, idx: f"{name}({args[0]})"
 
 
+def _short_reduce(w: KernelWriter, node: Node, args: list[str], idx: list[Expr]) -> str:
+    """A reduction over a few elements, inlined as an expression (relu, abs, clip and
+    maximum are a max over a stacked pair)."""
+    (edge,) = node.inputs
+    axis = node.op.axis
+    terms = [
+        edge_value(w, edge, idx[:axis] + [sym(k)] + idx[axis:])
+        for k in range(int(edge.view.shape[axis]))
+    ]
+    if isinstance(node.op, ops.SumReduce):
+        return "(" + " + ".join(terms) + ")"
+    combine = "lm_max_nan" if node.dtype.is_float else "lm_max_int"
+    text = terms[0]
+    for term in terms[1:]:
+        text = f"{combine}({text}, {term})"
+    return text
+
+
+def edge_value(w: KernelWriter, edge: Edge, indices: list[Expr]) -> str:
+    return w.edge(edge, indices)
+
+
 OP_RENDERERS = {
+    ops.SumReduce: _short_reduce,
+    ops.MaxReduce: _short_reduce,
     ops.Constant: _constant,
     ops.Iota: _iota,
     ops.Log2: _fn("log2f"),

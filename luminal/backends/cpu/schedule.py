@@ -27,6 +27,17 @@ ELEMENTWISE = (
 INLINE_SOURCES = (ops.Constant, ops.Iota)
 
 
+SHORT_REDUCE = 4
+
+
+def is_short_reduce(node) -> bool:  # noqa: ANN001 - a Node
+    """A sum or max over a few elements: cheap enough to inline as an expression."""
+    if not isinstance(node.op, ops.SumReduce | ops.MaxReduce):
+        return False
+    size = node.inputs[0].view.shape[node.op.axis].as_int()
+    return size is not None and size <= SHORT_REDUCE
+
+
 def is_blas_contract(node) -> bool:  # noqa: ANN001 - a Node
     """A Contract with a real matrix shape: one operand is broadcast along some axis (an
     M or N axis), so BLAS applies. Without one it is an elementwise product summed
@@ -94,7 +105,8 @@ def schedule(graph: Graph) -> Schedule:
             if isinstance(op, INLINE_SOURCES):
                 inlined.add(node_id)
                 continue
-            if isinstance(op, ELEMENTWISE) and len(edges) == 1 and not _repeats_elements(edges[0]):
+            inlinable = isinstance(op, ELEMENTWISE) or is_short_reduce(graph.nodes[node_id])
+            if inlinable and len(edges) == 1 and not _repeats_elements(edges[0]):
                 inlined.add(node_id)
                 continue
         materialised.append(node_id)
