@@ -1,67 +1,95 @@
-"""luminal demo: build, run and print a small MLP and a softmax attention block.
+"""The luminal demo: a graph tour, real sentence embeddings, and streamed Llama decoding.
 
-    python -m luminal.examples.demo [--seed N]
+    python -m luminal.examples.demo [--seed N] [--no-compile] [--no-check]
+    bash scripts/demo.sh            # sets up .venv first when needed
 
-Each graph is built lazily, executed with the reference runtime, and checked against
-the same computation written directly in numpy.
+Runs, in order, each with a header line:
+  1. `mlp_attention`: an MLP and causal attention on the reference runtime, vs numpy;
+  2. `sentence_similarity`: all-MiniLM-L6-v2 (real weights) compiled for the CPU, cosine
+     similarity of six sentences and sentences per second;
+  3. `llama_generate`: a small seeded-random Llama, greedy tokens streamed as they come
+     and tokens per second.
+Each part is runnable alone: python -m luminal.examples.<name> --help. The first run
+compiles C kernels into the cache (`LUMINAL_CACHE_DIR`, default ~/.cache/luminal); later
+runs find them there.
 """
 
 from __future__ import annotations
 
 import argparse
+import time
+from collections.abc import Callable, Sequence
 
-import numpy as np
+from luminal.backends.cpu import toolchain
+from luminal.examples import llama_generate, mlp_attention, sentence_similarity
 
-import luminal as lm
-
-
-def mlp(rng: np.random.Generator) -> None:
-    cx = lm.Graph()
-    x = cx.tensor(("batch", 4), name="x")
-    w1 = cx.tensor((4, 8), name="w1").set(rng.standard_normal((4, 8)).astype(np.float32))
-    w2 = cx.tensor((8, 3), name="w2").set(rng.standard_normal((8, 3)).astype(np.float32))
-    probs = ((x @ w1).relu() @ w2).softmax(-1).retrieve()
-    print(f"MLP graph: {cx.num_nodes} nodes, output shape {probs.shape}")
-    for batch in (2, 5):  # one graph, two sizes of its symbolic batch dim
-        data = rng.standard_normal((batch, 4)).astype(np.float32)
-        x.set(data)
-        cx.execute()
-        logits = np.maximum(data @ w1.numpy(), 0) @ w2.numpy()
-        expected = np.exp(logits - logits.max(-1, keepdims=True))
-        expected /= expected.sum(-1, keepdims=True)
-        error = float(np.abs(probs.numpy() - expected).max())
-        print(f"  batch {batch}: probabilities\n{np.array2string(probs.numpy(), precision=4)}")
-        print(f"  max |luminal - numpy| = {error:.2e}")
+RULE_WIDTH = 78
 
 
-def attention(rng: np.random.Generator) -> None:
-    seq, dim = 6, 8
-    cx = lm.Graph()
-    q = cx.tensor((seq, dim), name="q").set(rng.standard_normal((seq, dim)).astype(np.float32))
-    k = cx.tensor((seq, dim), name="k").set(rng.standard_normal((seq, dim)).astype(np.float32))
-    v = cx.tensor((seq, dim), name="v").set(rng.standard_normal((seq, dim)).astype(np.float32))
-    scores = (q @ k.T) * (1.0 / np.sqrt(dim))
-    causal = cx.constant(1.0).expand((seq, seq)).triu(1) * -1e9
-    weights = (scores + causal).softmax(-1).retrieve()
-    out = (weights @ v).retrieve()
-    cx.execute()
-    s = q.numpy() @ k.numpy().T / np.sqrt(dim) + np.triu(np.full((seq, seq), -1e9), 1)
-    p = np.exp(s - s.max(-1, keepdims=True))
-    p /= p.sum(-1, keepdims=True)
-    error = float(np.abs(out.numpy() - p @ v.numpy()).max())
-    print(f"Causal attention ({seq} tokens, dim {dim}): {cx.num_nodes} nodes")
-    print(f"  attention weights\n{np.array2string(weights.numpy(), precision=3)}")
-    print(f"  max |luminal - numpy| = {error:.2e}")
+def section(index: int, total: int, title: str) -> None:
+    """One header line per part of the demo."""
+    text = f"== [{index}/{total}] {title} "
+    print(f"\n{text}{'=' * max(RULE_WIDTH - len(text), 3)}", flush=True)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description="Build and run an MLP and an attention block.")
-    parser.add_argument("--seed", type=int, default=0, help="random seed for weights and inputs")
-    args = parser.parse_args()
-    rng = np.random.default_rng(args.seed)
-    mlp(rng)
-    attention(rng)
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m luminal.examples.demo",
+        description="luminal demo: MLP + attention on the reference runtime, sentence "
+        "similarity with all-MiniLM-L6-v2, and streamed generation from a small Llama.",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed for random weights and inputs")
+    p.add_argument(
+        "--no-compile",
+        action="store_true",
+        help="run the models on the reference runtime (numpy) instead of compiled C kernels",
+    )
+    p.add_argument(
+        "--no-check",
+        action="store_true",
+        help="skip comparing compiled results with the reference runtime",
+    )
+    p.add_argument(
+        "--max-new-tokens", type=int, default=32, help="tokens for the Llama part (default 32)"
+    )
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    shared = [
+        *(["--no-compile"] if args.no_compile else []),
+        *(["--no-check"] if args.no_check else []),
+    ]
+    parts: list[tuple[str, Callable[[Sequence[str]], int], list[str]]] = [
+        (
+            "Graph tour: MLP and causal attention, reference runtime vs numpy",
+            mlp_attention.main,
+            ["--seed", str(args.seed)],
+        ),
+        (
+            "Sentence similarity: all-MiniLM-L6-v2, real weights",
+            sentence_similarity.main,
+            shared,
+        ),
+        (
+            "Greedy generation: small Llama, seeded random weights",
+            llama_generate.main,
+            ["--seed", str(args.seed), "--max-new-tokens", str(args.max_new_tokens), *shared],
+        ),
+    ]
+    start = time.perf_counter()
+    for index, (title, run_part, part_args) in enumerate(parts, 1):
+        section(index, len(parts), title)
+        run_part(part_args)
+    stats = toolchain.stats()
+    print(
+        f"\nDone in {time.perf_counter() - start:.1f} s. C kernels: "
+        f"{stats.objects_compiled} compiled, {stats.objects_cached} objects and "
+        f"{stats.libraries_cached} libraries found in the cache ({toolchain.cache_dir()})"
+    )
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

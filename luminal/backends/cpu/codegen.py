@@ -89,6 +89,57 @@ def flat_index(indices: Sequence[Expr], shape: Sequence[Expr]) -> Expr:
     return flat
 
 
+def unravel(flat: Expr, shape: Sequence[Expr], extents: dict[str, Expr]) -> list[Expr]:
+    """Logical indices of a flat row-major position. When `flat` is a sum of loop indices
+    times the buffer's own strides (the usual case: permutes, broadcasts, pads, slices),
+    each dim's index is read off directly; otherwise `(flat // stride) % dim`, which with
+    symbolic dims would leave divisions in the inner loop."""
+    strides = contiguous_strides(shape)
+    direct = _affine_unravel(flat, shape, strides, extents)
+    if direct is not None:
+        return direct
+    return [
+        ZERO if dim == 1 else (flat // stride) % dim
+        for dim, stride in zip(shape, strides, strict=True)
+    ]
+
+
+def _affine_unravel(
+    flat: Expr, shape: Sequence[Expr], strides: Sequence[Expr], extents: dict[str, Expr]
+) -> list[Expr] | None:
+    by_stride: dict[Expr, list[Expr]] = {}
+    for mono, coef in flat.terms:
+        loop_vars = [a for a in mono if a.op == "var" and _INDEX_VAR.match(a.args[0])]
+        if len(loop_vars) != 1 or any(a.op != "var" for a in mono):
+            return None  # a constant offset or a non-affine term
+        (index_atom,) = loop_vars
+        rest = [a for a in mono if a is not index_atom]
+        stride = Expr((((tuple(rest)), coef),))
+        by_stride.setdefault(stride, []).append(Expr((((index_atom,), 1),)))
+    indices: list[Expr] = []
+    used = 0
+    for dim, stride in zip(shape, strides, strict=True):
+        if dim == 1:
+            indices.append(ZERO)
+            continue
+        parts = by_stride.get(stride, [])
+        used += len(parts)
+        total = ZERO
+        span = ZERO  # the largest value the summed indices reach
+        for part in parts:
+            total = total + part
+            extent = extents.get(part.terms[0][0][0].args[0])
+            if extent is None:
+                return None
+            span = span + extent - 1
+        if parts and not (span == dim - 1 or (dim - 1 - span).bounds()[0] >= 0):
+            return None  # an index could run past this dim (a merged reshape)
+        indices.append(total)
+    if used != sum(len(v) for v in by_stride.values()):
+        return None  # some term's coefficient is not a stride of this buffer
+    return indices
+
+
 def dim_name(name: str) -> str:
     return f"dim_{name}"
 
@@ -125,6 +176,16 @@ class KernelWriter:
         self.row_flat: Expr | None = None
         # row values already stored in the output row (b0), by node: their flat index
         self.row_cache: dict[int, Expr] = {}
+        self.extents: dict[str, Expr] = {}  # loop index name -> number of iterations
+
+    def loop_var(self, name: str, extent: Expr) -> Expr:
+        """A loop index running over `extent` values (bounded when the extent is known)."""
+        upper = extent.as_int()
+        self.extents[name] = extent
+        return var(name, upper - 1 if upper is not None else None)
+
+    def loop_vars(self, shape: Sequence[Expr], prefix: str = "i") -> list[Expr]:
+        return [self.loop_var(f"{prefix}{axis}_", dim) for axis, dim in enumerate(shape)]
 
     def scalar(self, node: Node, flat: Expr) -> str:
         """The C local of a per-row value, if `flat` addresses the current row."""
@@ -168,10 +229,7 @@ class KernelWriter:
             return self.scalar(node, flat)
         if node.id in self.materialised or isinstance(node.op, ops.Input):
             return self.load(node, flat)
-        indices = []
-        for dim, stride in zip(node.shape, contiguous_strides(node.shape), strict=True):
-            indices.append(ZERO if dim == 1 else (flat // stride) % dim)
-        return self.value(node, indices)
+        return self.value(node, unravel(flat, node.shape, self.extents))
 
     def value(self, node: Node, indices: list[Expr]) -> str:
         """The C expression of `node` at logical `indices`."""
@@ -341,7 +399,7 @@ def elementwise_kernel(
 ) -> KernelSource:
     writer = KernelWriter(graph, materialised - {node.id})
     writer.buffer(node.id)
-    indices = _index_vars(node.shape)
+    indices = writer.loop_vars(node.shape)
     value = writer.value(node, indices)
     flat = flat_index(indices, node.shape)
     body = f"b0[{c_expr(flat)}] = {_store(node, value)};"
@@ -359,9 +417,9 @@ def reduce_kernel(
     axis = node.op.axis
     view = node.inputs[0].view
     size = view.shape[axis]
-    outer = _index_vars(node.shape)
+    outer = writer.loop_vars(node.shape)
     upper = size.as_int()
-    reduce_index = var("r0_", upper - 1 if upper is not None else None)
+    reduce_index = writer.loop_var("r0_", size)
     compute = C_COMPUTE[node.dtype]
     flat = flat_index(outer, node.shape)
     if upper is not None and upper <= UNROLL_LIMIT:
@@ -421,9 +479,8 @@ def row_kernel(
     is_reduce = hasattr(head.op, "axis")
     full = tuple(head.inputs[0].view.shape) if is_reduce else tuple(head.shape)
     outer, inner = full[:-1], full[-1]
-    outer_idx = _index_vars(outer)
-    upper = inner.as_int()
-    j = var("j0_", upper - 1 if upper is not None else None)
+    outer_idx = writer.loop_vars(outer)
+    j = writer.loop_var("j0_", inner)
     row_flat = flat_index(outer_idx, outer)
     writer.row_flat = row_flat
     stages: list[str] = []
@@ -534,8 +591,8 @@ def gather_kernel(
     writer.buffer(node.id)
     table_edge, index_edge = node.inputs
     lead = len(index_edge.view.shape)
-    indices = _index_vars(node.shape)
-    row = var("g0_")
+    indices = writer.loop_vars(node.shape)
+    row = writer.loop_var("g0_", table_edge.view.shape[0])
     index_value = writer.edge(index_edge, indices[:lead])
     value = writer.edge(table_edge, [row, *indices[lead:]])
     rows = c_expr(table_edge.view.shape[0])
