@@ -60,6 +60,12 @@ from typing import NamedTuple
 
 from luminal.errors import CompileError
 
+# OpenMP threads that finish a kernel spin before sleeping. With the default spin count
+# (300k) a second busy process on a 2-core machine made each decode step ~100x slower; a
+# shorter spin keeps the fast hand-off between kernels (measured: no loss on bench/cpu.py).
+# Set before libgomp loads; a user's own setting wins.
+os.environ.setdefault("GOMP_SPINCOUNT", "20000")
+
 CC = "gcc"
 CFLAGS: tuple[str, ...] = (
     "-O3",
