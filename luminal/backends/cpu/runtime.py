@@ -58,6 +58,10 @@ class RunPlan:
     arena: np.ndarray
     outputs: dict[int, np.ndarray]
     pointers: Any
+    dim_values: Any
+    pointers_arg: Any  # the two arrays as c_void_p, made once
+    dims_arg: Any
+    input_arrays: dict[int, np.ndarray] = field(default_factory=dict)
 
 
 class CompiledGraph:
@@ -101,6 +105,7 @@ class CompiledGraph:
         path = toolchain.build_shared(sorted(units.items()), link_blas=True)
         self.library = toolchain.load(path)
         self.library.lm_gather_status_ptr.restype = ctypes.POINTER(ctypes.c_int)
+        self.status = self.library.lm_gather_status_ptr()
         self.runners = []
         for segment in self.segments:
             if segment.runner is not None:
@@ -171,7 +176,16 @@ class CompiledGraph:
             pointers[self.slot[node_id]] = base + offset
         for node_id, array in outputs.items():
             pointers[self.slot[node_id]] = array.ctypes.data
-        run_plan = RunPlan(plan, arena, outputs, pointers)
+        dim_values = (ctypes.c_longlong * max(len(self.dims), 1))()
+        run_plan = RunPlan(
+            plan,
+            arena,
+            outputs,
+            pointers,
+            dim_values,
+            ctypes.cast(pointers, ctypes.c_void_p),
+            ctypes.cast(dim_values, ctypes.c_void_p),
+        )
         self.plans[key] = run_plan
         return run_plan
 
@@ -191,6 +205,7 @@ class CompiledGraph:
         return resolve_dims(graph, self.input_nodes)
 
     def execute(self, graph: Graph) -> None:
+        """One run: refresh input pointers that changed, then one C call per segment."""
         if graph.nodes.version != self.version:
             raise ExecutionError(
                 "execute: the graph changed after CPUCompiler compiled it; compile again"
@@ -198,31 +213,31 @@ class CompiledGraph:
         dims = self._dims(graph)
         run = self.run_plan(graph, dims)
         pointers = run.pointers
-        keep_alive = []
+        seen = run.input_arrays
         for node_id in self.input_nodes:
             data = graph.input_data[node_id]
+            if seen.get(node_id) is data:
+                continue  # the same array as last run: its pointer is already in place
             if not data.flags.c_contiguous:
                 data = np.ascontiguousarray(data)
-                keep_alive.append(data)
+                graph.input_data[node_id] = data
             pointers[self.slot[node_id]] = data.ctypes.data
-        dim_values = (ctypes.c_longlong * max(len(self.dims), 1))(
-            *[dims.get(n, 0) for n in self.dims]
-        )
-        status = self.library.lm_gather_status_ptr()
-        status[0] = 0
+            seen[node_id] = data
+        dim_values = run.dim_values
+        for index, name in enumerate(self.dims):
+            dim_values[index] = dims.get(name, 0)
+        self.status[0] = 0
         for segment, runner in zip(self.segments, self.runners, strict=True):
             start = time.perf_counter()
             if runner is not None:
-                runner(
-                    ctypes.cast(pointers, ctypes.c_void_p), ctypes.cast(dim_values, ctypes.c_void_p)
-                )
+                runner(run.pointers_arg, run.dims_arg)
             else:
                 self._run_function(graph, segment.function_node, run, dims)
             if self.debug >= 2:
                 print(f"[luminal] segment total {(time.perf_counter() - start) * 1e3:.3f} ms")
-        if status[0]:
+        if self.status[0]:
             raise ExecutionError("Gather: an index was out of range for its table")
-        graph.buffers = {n: a for n, a in run.outputs.items()}
+        graph.buffers = dict(run.outputs)
 
     def _run_function(self, graph: Graph, node_id: int, run: RunPlan, dims: dict) -> None:
         node = graph.nodes[node_id]
