@@ -76,10 +76,6 @@ class KernelSource:
     buffers: list[int]  # node ids passed as arguments: output first, then inputs
     nodes: list[int]  # graph nodes computed by this kernel (for LUMINAL_DEBUG)
 
-    @property
-    def digest(self) -> str:
-        return hashlib.sha256(self.source.encode()).hexdigest()[:16]
-
 
 def flat_index(indices: Sequence[Expr], shape: Sequence[Expr]) -> Expr:
     """Row-major flat position of logical `indices` in a buffer of `shape`."""
@@ -301,7 +297,7 @@ def _short_reduce(w: KernelWriter, node: Node, args: list[str], idx: list[Expr])
     (edge,) = node.inputs
     axis = node.op.axis
     terms = [
-        edge_value(w, edge, idx[:axis] + [sym(k)] + idx[axis:])
+        w.edge(edge, idx[:axis] + [sym(k)] + idx[axis:])
         for k in range(int(edge.view.shape[axis]))
     ]
     if isinstance(node.op, ops.SumReduce):
@@ -311,10 +307,6 @@ def _short_reduce(w: KernelWriter, node: Node, args: list[str], idx: list[Expr])
     for term in terms[1:]:
         text = f"{combine}({text}, {term})"
     return text
-
-
-def edge_value(w: KernelWriter, edge: Edge, indices: list[Expr]) -> str:
-    return w.edge(edge, indices)
 
 
 OP_RENDERERS = {
@@ -352,14 +344,6 @@ def _store(node: Node, value: str) -> str:
     if node.dtype == DType.bool:
         return f"(unsigned char)(({value}) != 0)"
     return value
-
-
-def _index_vars(shape: Sequence[Expr], prefix: str = "i") -> list[Expr]:
-    out = []
-    for axis, dim in enumerate(shape):
-        upper = dim.as_int()
-        out.append(var(f"{prefix}{axis}_", upper - 1 if upper is not None else None))
-    return out
 
 
 def _loops(shape: Sequence[Expr], indices: Sequence[Expr], body: str, total: Expr) -> str:
