@@ -1,0 +1,257 @@
+"""Kernel builders: one function per kind of materialised node (elementwise chain,
+reduction, row-fused group, gather, custom C), each returning a KernelSource built with
+the KernelWriter of `codegen`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from luminal import ops
+from luminal.backends.cpu.codegen import (
+    C_COMPUTE,
+    C_STORAGE,
+    KernelSource,
+    KernelWriter,
+    _finish,
+    _finish_source,
+    _loops,
+    _product,
+    _store,
+    c_expr,
+    flat_index,
+)
+from luminal.dtype import DType
+from luminal.graph import Graph, Node
+from luminal.shape.expr import ZERO, Expr, sym
+
+
+def elementwise_kernel(
+    graph: Graph, node: Node, materialised: set[int], dims: Sequence[str]
+) -> KernelSource:
+    writer = KernelWriter(graph, materialised - {node.id})
+    writer.buffer(node.id)
+    indices = writer.loop_vars(node.shape)
+    value = writer.value(node, indices)
+    flat = flat_index(indices, node.shape)
+    body = f"b0[{c_expr(flat)}] = {_store(node, value)};"
+    total = _product(node.shape)
+    return _finish(graph, node, writer, dims, _loops(node.shape, indices, body, total), [total])
+
+
+def reduce_kernel(
+    graph: Graph, node: Node, materialised: set[int], dims: Sequence[str]
+) -> KernelSource:
+    """SumReduce/MaxReduce, or a Contract (sum of a product) without BLAS: one output
+    element per outer iteration, producers fused into the inner loop."""
+    writer = KernelWriter(graph, materialised - {node.id})
+    writer.buffer(node.id)
+    axis = node.op.axis
+    view = node.inputs[0].view
+    size = view.shape[axis]
+    outer = writer.loop_vars(node.shape)
+    upper = size.as_int()
+    reduce_index = writer.loop_var("r0_", size)
+    compute = C_COMPUTE[node.dtype]
+    flat = flat_index(outer, node.shape)
+    if upper is not None and upper <= UNROLL_LIMIT:
+        # a short reduction (relu is a max over the pair (x, 0)) unrolls into straight
+        # code, so the surrounding loop vectorises and padding checks fold away
+        terms = []
+        for k in range(upper):
+            indices = outer[:axis] + [sym(k)] + outer[axis:]
+            values = [writer.edge(edge, indices) for edge in node.inputs]
+            terms.append(values[0] if len(values) == 1 else f"({values[0]} * {values[1]})")
+        body = _unrolled(node, compute, terms) + f"\nb0[{c_expr(flat)}] = {_store(node, 'acc')};"
+    else:
+        inner = outer[:axis] + [reduce_index] + outer[axis:]
+        values = [writer.edge(edge, inner) for edge in node.inputs]
+        value = values[0] if len(values) == 1 else f"({values[0]} * {values[1]})"
+        body = (
+            _reduction_loop(node, compute, value, reduce_index, size, "acc")
+            + f"\nb0[{c_expr(flat)}] = {_store(node, 'acc')};"
+        )
+    total = _product(view.shape)
+    return _finish(graph, node, writer, dims, _loops(node.shape, outer, body, total), [total])
+
+
+UNROLL_LIMIT = 4
+
+
+def _unrolled(node: Node, compute: str, terms: list[str]) -> str:
+    """acc over a few values, with the same NaN rule as the loop form."""
+    lines = [f"{compute} acc = {terms[0]};"] if terms else [f"{compute} acc = 0;"]
+    is_max = isinstance(node.op, ops.MaxReduce)
+    for k, term in enumerate(terms[1:], start=1):
+        if not is_max:
+            lines.append(f"acc += {term};")
+        elif node.dtype.is_float:
+            lines.append(
+                f"{{ const float v{k} = {term}; acc = (v{k} > acc || v{k} != v{k}) ? v{k} : acc; }}"
+            )
+        else:
+            lines.append(f"{{ const int v{k} = {term}; acc = v{k} > acc ? v{k} : acc; }}")
+    if is_max and not terms:
+        lines[0] = (
+            f"{compute} acc = {'(-INFINITY)' if node.dtype.is_float else '(-2147483647 - 1)'};"
+        )
+    return "\n".join(lines)
+
+
+def row_kernel(
+    graph: Graph, head: Node, absorbed: list[int], materialised: set[int], dims: Sequence[str]
+) -> KernelSource:
+    """One loop nest over rows for a head and the row reductions it needs (softmax,
+    layer norm): each absorbed reduction or per-row scalar becomes a C local computed in
+    a stage before the head's loop. Raises NotRowLocal when a value would be read at
+    another row."""
+    absorbed_set = set(absorbed)
+    writer = KernelWriter(graph, materialised - {head.id} - absorbed_set)
+    writer.buffer(head.id)
+    is_reduce = hasattr(head.op, "axis")
+    full = tuple(head.inputs[0].view.shape) if is_reduce else tuple(head.shape)
+    outer, inner = full[:-1], full[-1]
+    outer_idx = writer.loop_vars(outer)
+    j = writer.loop_var("j0_", inner)
+    row_flat = flat_index(outer_idx, outer)
+    writer.row_flat = row_flat
+    stages: list[str] = []
+    for node_id in absorbed:
+        node = graph.nodes[node_id]
+        compute = C_COMPUTE[node.dtype]
+        local = f"s{node_id}"
+        if hasattr(node.op, "axis"):  # SumReduce, MaxReduce or a loop Contract
+            value = _reduced_value(writer, node, [*outer_idx, j])
+            cached = _cacheable_row_value(graph, head, node, absorbed_set, is_reduce)
+            store = ""
+            if cached is not None and cached not in writer.row_cache:
+                # softmax: exp(x - max) is summed here and stored in the output row,
+                # so the head reads it back instead of computing it again
+                store = f"b0[{c_expr(row_flat * inner + j)}] = v;"
+                writer.row_cache[cached] = row_flat * inner + j
+            stages.append(_reduction_loop(node, compute, value, j, inner, local, store))
+        elif tuple(node.shape) in (outer, (*outer, 1)):
+            indices = list(outer_idx) + ([ZERO] if len(node.shape) > len(outer) else [])
+            value = writer.value(node, indices)
+            stages.append(f"const {compute} {local} = {value};")
+        else:
+            continue  # a (rows, n) value: recomputed inline where read
+        writer.scalars[node_id] = local
+    compute = C_COMPUTE[head.dtype]
+    if is_reduce:
+        value = _reduced_value(writer, head, [*outer_idx, j])
+        stages.append(_reduction_loop(head, compute, value, j, inner, "acc"))
+        stages.append(f"b0[{c_expr(row_flat)}] = {_store(head, 'acc')};")
+    else:
+        value = writer.value(head, [*outer_idx, j])
+        target = c_expr(row_flat * inner + j)
+        name = c_expr(j)
+        stages.append(
+            f"for (long long {name} = 0; {name} < {c_expr(inner)}; {name}++) {{\n"
+            f"    b0[{target}] = {_store(head, value)};\n}}"
+        )
+    writer.nodes.extend(absorbed)
+    body = "\n".join(stages)
+    loops = _loops(outer, outer_idx, body, _product(full))
+    return _finish(graph, head, writer, dims, loops, [])
+
+
+def _reduced_value(writer: KernelWriter, node: Node, indices: list[Expr]) -> str:
+    """What a reduction sums or maxes at `indices`: its input, or a Contract's product."""
+    values = [writer.edge(edge, indices) for edge in node.inputs]
+    return values[0] if len(values) == 1 else f"({values[0]} * {values[1]})"
+
+
+def _cacheable_row_value(
+    graph: Graph, head: Node, reduction: Node, absorbed: set[int], head_is_reduce: bool
+) -> int | None:
+    """The recomputed row value a sum reduces, when it can be kept in the head's output
+    row (same shape, float32, read through the identity view)."""
+    if head_is_reduce or not isinstance(reduction.op, ops.SumReduce):
+        return None
+    (edge,) = reduction.inputs
+    source = graph.nodes[edge.source]
+    if (
+        edge.source in absorbed
+        and edge.view.is_identity()
+        and tuple(source.shape) == tuple(head.shape)
+        and source.dtype == head.dtype == DType.float32
+    ):
+        return edge.source
+    return None
+
+
+def _reduction_loop(
+    node: Node, compute: str, value: str, index: Expr, size: Expr, local: str, store: str = ""
+) -> str:
+    """A reduction loop gcc vectorises: `omp simd reduction` for sums; for floating max,
+    a max reduction plus a NaN flag, so a NaN anywhere gives NaN (as numpy does).
+    `store` is a statement run per element with the value in `v`."""
+    name = c_expr(index)
+    loop = f"for (long long {name} = 0; {name} < {c_expr(size)}; {name}++) {{\n"
+    if not isinstance(node.op, ops.MaxReduce):
+        init = "0.0f" if node.dtype.is_float else "0"
+        return (
+            f"{compute} {local} = {init};\n"
+            f"#pragma omp simd reduction(+:{local})\n{loop}"
+            f"    const {compute} v = {value};\n"
+            + (f"    {store}\n" if store else "")
+            + f"    {local} += v;\n}}"
+        )
+    if not node.dtype.is_float:
+        return (
+            f"int {local} = (-2147483647 - 1);\n"
+            f"#pragma omp simd reduction(max:{local})\n{loop}"
+            f"    const int v = {value};\n    {local} = v > {local} ? v : {local};\n}}"
+        )
+    return (
+        f"float {local} = (-INFINITY);\nint {local}_nan = 0;\n"
+        f"#pragma omp simd reduction(max:{local}) reduction(|:{local}_nan)\n{loop}"
+        f"    const float v = {value};\n"
+        f"    {local} = v > {local} ? v : {local};\n"
+        f"    {local}_nan |= (v != v);\n}}\n"
+        f"if ({local}_nan) {local} = NAN;"
+    )
+
+
+def gather_kernel(
+    graph: Graph, node: Node, materialised: set[int], dims: Sequence[str]
+) -> KernelSource:
+    """Rows of a table at int32 indices; an index out of range reads row 0 and sets the
+    status flag the runtime turns into an ExecutionError."""
+    writer = KernelWriter(graph, materialised - {node.id})
+    writer.buffer(node.id)
+    table_edge, index_edge = node.inputs
+    lead = len(index_edge.view.shape)
+    indices = writer.loop_vars(node.shape)
+    row = writer.loop_var("g0_", table_edge.view.shape[0])
+    index_value = writer.edge(index_edge, indices[:lead])
+    value = writer.edge(table_edge, [row, *indices[lead:]])
+    rows = c_expr(table_edge.view.shape[0])
+    flat = flat_index(indices, node.shape)
+    body = (
+        f"long long g0_ = (long long)({index_value});\n"
+        f"if (g0_ < 0 || g0_ >= {rows}) {{ lm_gather_status = 1; g0_ = 0; }}\n"
+        f"b0[{c_expr(flat)}] = {_store(node, value)};"
+    )
+    total = _product(node.shape)
+    source = _finish(graph, node, writer, dims, _loops(node.shape, indices, body, total), [total])
+    source.source = "extern int lm_gather_status;\n" + source.source
+    return source
+
+
+def custom_kernel_source(graph: Graph, node: Node, dims: Sequence[str]) -> KernelSource:
+    """The user's C function plus a wrapper with the generated-kernel signature that
+    passes element counts (see luminal/custom.py for the ABI)."""
+    function = node.op.function
+    buffers = [node.id] + [edge.source for edge in node.inputs]
+    types = [f"{C_STORAGE[node.dtype]}* restrict b0"] + [
+        f"const {C_STORAGE[graph.nodes[n].dtype]}* restrict b{i + 1}"
+        for i, n in enumerate(buffers[1:])
+    ]
+    counts = [_product(node.shape)] + [_product(e.view.shape) for e in node.inputs]
+    numel = ", ".join(f"(long long)({c_expr(c)})" for c in counts)
+    args = ", ".join(f"b{i}" for i in range(len(buffers)))
+    body = f"    const long long numel[] = {{{numel}}};\n    {function}({args}, numel);"
+    return _finish_source(
+        f"custom_{function}", buffers, types, dims, body, [node.id], prelude=node.op.source
+    )
