@@ -12,8 +12,8 @@ import numpy as np
 from luminal import ops
 from luminal.backends.cpu import ops as cpu_ops
 from luminal.backends.cpu.blas import blas_contract_kernel
+from luminal.backends.cpu.codegen import NotRowLocal
 from luminal.backends.cpu.kernels import (
-    NotRowLocal,
     custom_kernel_source,
     elementwise_kernel,
     gather_kernel,
