@@ -34,6 +34,10 @@ def __getattr__(name: str) -> object:
         import luminal.models
 
         return luminal.models
+    if name == "training":  # lm.training.Autograd without an explicit import
+        import luminal.training
+
+        return luminal.training
     raise AttributeError(f"module 'luminal' has no attribute {name!r}")
 
 

@@ -199,3 +199,19 @@ def test_linear_on_batched_sequences_uses_one_sgemm(rng):
     np.testing.assert_allclose(
         out.numpy(), cx.input_data[x.node_id] @ w.numpy().T, rtol=1e-5, atol=1e-5
     )
+
+
+def test_scatter_accumulates_repeated_indices_like_the_reference(rng):
+    """index_add with repeated rows (an embedding's gradient), on symbolic sizes."""
+    cx = lm.Graph()
+    base = cx.tensor((6, 3)).set(uniform(rng, (6, 3)))
+    ids = cx.tensor(("n",), dtype=lm.int32).set(np.array([1, 4, 1, 1], np.int32))
+    updates = cx.tensor(("n", 3)).set(uniform(rng, (4, 3)))
+    out = cx.add_node(ops.Scatter(), [base, ids, updates.exp()]).retrieve()
+    check(cx, [out])
+    ids.set(np.array([0, 5], np.int32))
+    updates.set(uniform(rng, (2, 3)))
+    cx.execute()
+    expected = cx.input_data[base.node_id].copy()
+    np.add.at(expected, [0, 5], np.exp(cx.input_data[updates.node_id]))
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-6)

@@ -19,6 +19,7 @@ from luminal.backends.cpu.kernels import (
     gather_kernel,
     reduce_kernel,
     row_kernel,
+    scatter_kernel,
 )
 from luminal.backends.cpu.runtime import CompiledGraph, Segment
 from luminal.backends.cpu.schedule import row_groups, schedule
@@ -122,7 +123,7 @@ def lower(graph: Graph) -> CompiledGraph:
         elif isinstance(op, CustomKernel):
             kernel = custom_kernel_source(graph, node, dims)
         elif isinstance(op, ops.Scatter):
-            raise CompileError("CPUCompiler: Scatter is not supported by the CPU backend yet")
+            kernel = scatter_kernel(graph, node, materialised, dims)
         else:
             kernel = elementwise_kernel(graph, node, materialised, dims)
         segments[-1].kernels.append(kernel)

@@ -239,6 +239,45 @@ def gather_kernel(
     return source
 
 
+def scatter_kernel(
+    graph: Graph, node: Node, materialised: set[int], dims: Sequence[str]
+) -> KernelSource:
+    """base.index_add(0, indices, updates): copy the base, then add each update row at its
+    index. The adds run in one thread, in order, so repeated indices accumulate exactly
+    as in the reference runtime (the gradient of an embedding lookup)."""
+    writer = KernelWriter(graph, materialised - {node.id})
+    writer.buffer(node.id)
+    base_edge, index_edge, update_edge = node.inputs
+    copy_idx = writer.loop_vars(node.shape)
+    base_value = _store(node, writer.edge(base_edge, copy_idx))
+    copy = f"b0[{c_expr(flat_index(copy_idx, node.shape))}] = {base_value};"
+    lead = len(index_edge.view.shape)
+    update_shape = tuple(update_edge.view.shape)
+    update_idx = writer.loop_vars(update_shape, prefix="r")
+    row_shape = tuple(node.shape[1:])
+    index_value = writer.edge(index_edge, update_idx[:lead])
+    update_value = writer.edge(update_edge, update_idx)
+    rows = c_expr(node.shape[0])
+    target = (
+        f"g0_ * {c_expr(_product(row_shape))} + {c_expr(flat_index(update_idx[lead:], row_shape))}"
+    )
+    load = f"b0[{target}]"
+    if node.dtype == DType.bfloat16:
+        load = f"lm_bf16_load({load})"
+    elif node.dtype == DType.float16:
+        load = f"((float){load})"
+    scatter = (
+        f"long long g0_ = (long long)({index_value});\n"
+        f"if (g0_ < 0 || g0_ >= {rows}) {{ lm_gather_status = 1; continue; }}\n"
+        f"b0[{target}] = {_store(node, f'({load} + {update_value})')};"
+    )
+    copy_loops = _loops(node.shape, copy_idx, copy, _product(node.shape))
+    sequential = _loops(update_shape, update_idx, scatter, ZERO)  # never parallel
+    source = _finish(graph, node, writer, dims, copy_loops + "\n" + sequential, [])
+    source.source = "extern int lm_gather_status;\n" + source.source
+    return source
+
+
 def custom_kernel_source(graph: Graph, node: Node, dims: Sequence[str]) -> KernelSource:
     """The user's C function plus a wrapper with the generated-kernel signature that
     passes element counts (see luminal/custom.py for the ABI)."""

@@ -62,6 +62,8 @@ class RunPlan:
     pointers_arg: Any  # the two arrays as c_void_p, made once
     dims_arg: Any
     input_arrays: dict[int, np.ndarray] = field(default_factory=dict)
+    output_of: dict[int, int] = field(default_factory=dict)  # id(output array) -> node id
+    retired: dict[int, np.ndarray] = field(default_factory=dict)  # node -> array handed over
 
 
 class CompiledGraph:
@@ -186,8 +188,23 @@ class CompiledGraph:
             ctypes.cast(pointers, ctypes.c_void_p),
             ctypes.cast(dim_values, ctypes.c_void_p),
         )
+        run_plan.output_of = {id(array): node_id for node_id, array in outputs.items()}
         self.plans[key] = run_plan
         return run_plan
+
+    def _hand_over(self, run: RunPlan, node_id: int, array: np.ndarray, previous: Any) -> None:
+        """Output `array` became an input (state carried to the next run, as an optimizer's
+        apply() does): the output gets another array, so a run never writes what it reads.
+        The input's previous array is reused when it was this output's before (ping-pong);
+        a user's array never is."""
+        spare = run.retired.pop(node_id, None)
+        if spare is None or spare is not previous:
+            spare = np.empty_like(array)
+        run.retired[node_id] = array
+        del run.output_of[id(array)]
+        run.outputs[node_id] = spare
+        run.output_of[id(spare)] = node_id
+        run.pointers[self.slot[node_id]] = spare.ctypes.data
 
     def _dims(self, graph: Graph) -> dict[str, int]:
         """The dimension map; without symbolic dims, only a shape comparison per input
@@ -216,13 +233,17 @@ class CompiledGraph:
         seen = run.input_arrays
         for node_id in self.input_nodes:
             data = graph.input_data[node_id]
-            if seen.get(node_id) is data:
+            previous = seen.get(node_id)
+            if previous is data:
                 continue  # the same array as last run: its pointer is already in place
             if not data.flags.c_contiguous:
                 data = np.ascontiguousarray(data)
                 graph.input_data[node_id] = data
             pointers[self.slot[node_id]] = data.ctypes.data
             seen[node_id] = data
+            owner = run.output_of.get(id(data))
+            if owner is not None and run.outputs.get(owner) is data:
+                self._hand_over(run, owner, data, previous)
         dim_values = run.dim_values
         for index, name in enumerate(self.dims):
             dim_values[index] = dims.get(name, 0)

@@ -1,0 +1,31 @@
+"""Training: reverse-mode autograd as a compiler pass, and what builds on it."""
+
+from luminal.training.autograd import Autograd
+
+__all__ = ["Autograd"]
+
+# optimizers, losses and schedules (luminal/training/optim.py, losses.py, schedules.py)
+from luminal.training import losses, schedules  # noqa: E402
+from luminal.training.optim import (  # noqa: E402
+    LAMB,
+    SGD,
+    Adam,
+    AdamW,
+    Optimizer,
+    RMSprop,
+    clip_grad_norm,
+    clip_grad_value,
+)
+
+__all__ += [
+    "LAMB",
+    "SGD",
+    "Adam",
+    "AdamW",
+    "Optimizer",
+    "RMSprop",
+    "clip_grad_norm",
+    "clip_grad_value",
+    "losses",
+    "schedules",
+]
