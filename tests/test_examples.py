@@ -91,10 +91,11 @@ def test_llama_generate_rejects_out_of_vocabulary_prompt() -> None:
 
 
 def test_demo_runs_every_part(capsys: pytest.CaptureFixture[str]) -> None:
-    assert demo.main(["--max-new-tokens", "3", "--no-check"]) == 0
+    assert demo.main(["--max-new-tokens", "3", "--no-check", "--train-epochs", "2"]) == 0
     out = capsys.readouterr().out
-    headers = re.findall(r"^== \[(\d)/3\] ", out, flags=re.MULTILINE)
-    assert headers == ["1", "2", "3"]
+    headers = re.findall(r"^== \[(\d)/4\] ", out, flags=re.MULTILINE)
+    assert headers == ["1", "2", "3", "4"]
+    assert re.search(r"Test accuracy: [\d.]+% \(\d+/360\) after 2 epochs", out)
     matrix = similarity_rows(out, 6)
     assert len(matrix) == 6 and matrix[0][1] > matrix[0][2]
     assert len(streamed_tokens(out)) == 3

@@ -1,6 +1,6 @@
 """The luminal demo: a graph tour, real sentence embeddings, and streamed Llama decoding.
 
-    python -m luminal.examples.demo [--seed N] [--no-compile] [--no-check]
+    python -m luminal.examples.demo [--seed N] [--no-compile] [--no-check] [--train-epochs N]
     bash scripts/demo.sh            # sets up .venv first when needed
 
 Runs, in order, each with a header line:
@@ -8,7 +8,9 @@ Runs, in order, each with a header line:
   2. `sentence_similarity`: all-MiniLM-L6-v2 (real weights) compiled for the CPU, cosine
      similarity of six sentences and sentences per second;
   3. `llama_generate`: a small seeded-random Llama, greedy tokens streamed as they come
-     and tokens per second.
+     and tokens per second;
+  4. `train_digits`: a LeNet-style CNN trained on scikit-learn's 8x8 digits (forward,
+     backward and Adam in one compiled graph), test accuracy and samples per second.
 Each part is runnable alone: python -m luminal.examples.<name> --help. The first run
 compiles C kernels into the cache (`LUMINAL_CACHE_DIR`, default ~/.cache/luminal); later
 runs find them there.
@@ -21,7 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from luminal.backends.cpu import toolchain
-from luminal.examples import llama_generate, mlp_attention, sentence_similarity
+from luminal.examples import llama_generate, mlp_attention, sentence_similarity, train_digits
 
 RULE_WIDTH = 78
 
@@ -36,7 +38,8 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m luminal.examples.demo",
         description="luminal demo: MLP + attention on the reference runtime, sentence "
-        "similarity with all-MiniLM-L6-v2, and streamed generation from a small Llama.",
+        "similarity with all-MiniLM-L6-v2, streamed generation from a small Llama, and "
+        "training a CNN on the 8x8 digits.",
     )
     p.add_argument("--seed", type=int, default=0, help="seed for random weights and inputs")
     p.add_argument(
@@ -51,6 +54,12 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--max-new-tokens", type=int, default=32, help="tokens for the Llama part (default 32)"
+    )
+    p.add_argument(
+        "--train-epochs",
+        type=int,
+        default=30,
+        help="epochs for the digits training part (default 30, about 6 s compiled)",
     )
     return p
 
@@ -76,6 +85,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             "Greedy generation: small Llama, seeded random weights",
             llama_generate.main,
             ["--seed", str(args.seed), "--max-new-tokens", str(args.max_new_tokens), *shared],
+        ),
+        (
+            "Training: LeNet-style CNN on the 8x8 digits, compiled training step",
+            train_digits.main,
+            [
+                "--seed",
+                str(args.seed),
+                "--epochs",
+                str(args.train_epochs),
+                "--eval-every",
+                str(max(1, args.train_epochs // 3)),
+                *(["--no-compile"] if args.no_compile else []),
+            ],
         ),
     ]
     start = time.perf_counter()

@@ -29,3 +29,8 @@ __all__ += [
     "losses",
     "schedules",
 ]
+
+# the training loop (luminal/training/loop.py)
+from luminal.training.loop import ArrayLoader, History, TrainStep, fit, plot_history  # noqa: E402
+
+__all__ += ["ArrayLoader", "History", "TrainStep", "fit", "plot_history"]

@@ -1,0 +1,195 @@
+"""Training-step time of the CPU backend against PyTorch eager, with equal threads.
+
+    .venv/bin/python bench/training.py [--threads N] [--steps N] [--repeats N]
+
+One training step = forward, cross-entropy loss, backward and an SGD (momentum 0.9)
+update, at batch 64, for an MLP 784-512-512-10 and LeNet-5 on 1x28x28 (Conv2d(1,6,5,
+padding=2), ReLU, MaxPool2d(2), Conv2d(6,16,5), ReLU, MaxPool2d(2), 400-120-84-10).
+luminal runs `lm.training.TrainStep` (one compiled graph: forward, backward and update;
+the Python call sets the batch, runs the graph, hands the new weights over and reads the
+loss); PyTorch runs `zero_grad(); loss.backward(); opt.step()` eagerly. Both start from
+the same weights, and the losses of the first steps are compared as a sanity check.
+Forward-only (inference) times are printed for context. Times are the best of
+`--repeats` means over `--steps` steps; ratio = luminal / torch (below 1 is faster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import platform
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+import torch.nn as tnn
+
+import luminal as lm
+from luminal.backends.cpu import toolchain
+from luminal.training import SGD, TrainStep, losses
+
+BATCH = 64
+LR, MOMENTUM = 0.01, 0.9
+
+
+def torch_mlp() -> tnn.Module:
+    return tnn.Sequential(
+        tnn.Flatten(), tnn.Linear(784, 512), tnn.ReLU(), tnn.Linear(512, 512), tnn.ReLU(),
+        tnn.Linear(512, 10),
+    )  # fmt: skip
+
+
+def torch_lenet() -> tnn.Module:
+    return tnn.Sequential(
+        tnn.Conv2d(1, 6, 5, padding=2), tnn.ReLU(), tnn.MaxPool2d(2),
+        tnn.Conv2d(6, 16, 5), tnn.ReLU(), tnn.MaxPool2d(2), tnn.Flatten(),
+        tnn.Linear(400, 120), tnn.ReLU(), tnn.Linear(120, 84), tnn.ReLU(), tnn.Linear(84, 10),
+    )  # fmt: skip
+
+
+class Flatten(lm.nn.Module):
+    """(N, ...) -> (N, features), like torch.nn.Flatten (no parameters)."""
+
+    def __init__(self, graph: lm.Graph) -> None:
+        super().__init__(graph)
+
+    def forward(self, x: lm.GraphTensor) -> lm.GraphTensor:
+        return x.flatten(1)
+
+
+def luminal_mlp(cx: lm.Graph) -> lm.nn.Module:
+    nn = lm.nn
+    return nn.Sequential(
+        cx, Flatten(cx), nn.Linear(cx, 784, 512), nn.ReLU(), nn.Linear(cx, 512, 512), nn.ReLU(),
+        nn.Linear(cx, 512, 10),
+    )  # fmt: skip
+
+
+def luminal_lenet(cx: lm.Graph) -> lm.nn.Module:
+    nn = lm.nn
+    return nn.Sequential(
+        cx, nn.Conv2d(cx, 1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(cx, 6, 16, 5), nn.ReLU(), nn.MaxPool2d(2), Flatten(cx),
+        nn.Linear(cx, 400, 120), nn.ReLU(), nn.Linear(cx, 120, 84), nn.ReLU(),
+        nn.Linear(cx, 84, 10),
+    )  # fmt: skip
+
+
+def mean_time(fn: Callable[[], object], steps: int, repeats: int) -> float:
+    """Best of `repeats` means over `steps` calls, after `steps` warm-up calls."""
+    for _ in range(steps):
+        fn()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(steps):
+            fn()
+        best = min(best, (time.perf_counter() - start) / steps)
+    return best
+
+
+def bench_model(
+    name: str,
+    make_torch: Callable[[], tnn.Module],
+    make_luminal: Callable[[lm.Graph], lm.nn.Module],
+    input_shape: tuple[int, ...],
+    steps: int,
+    repeats: int,
+) -> list[tuple[str, float, float]]:
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((BATCH, *input_shape)).astype(np.float32)
+    y = rng.integers(0, 10, BATCH).astype(np.int32)
+    torch.manual_seed(0)
+    reference = make_torch()
+    state = {k: v.detach().numpy().copy() for k, v in reference.state_dict().items()}
+    # torch: eager training step
+    model = make_torch()
+    model.load_state_dict(reference.state_dict())
+    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+    tx, ty = torch.from_numpy(x), torch.from_numpy(y.astype(np.int64))
+
+    def torch_step() -> float:
+        opt.zero_grad(set_to_none=True)
+        loss = tnn.functional.cross_entropy(model(tx), ty)
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    def torch_forward() -> None:
+        with torch.no_grad():
+            reference(tx)
+
+    # luminal: one compiled graph per training step, and a forward-only graph
+    cx = lm.Graph()
+    lm_model = make_luminal(cx)
+    lm_model.load_state_dict(state)
+    start = time.perf_counter()
+    step = TrainStep.build(
+        lm_model,
+        losses.cross_entropy,
+        functools.partial(SGD, lr=LR, momentum=MOMENTUM),
+        ("batch", *input_shape),
+    )
+    compile_seconds = time.perf_counter() - start
+    fx = lm.Graph()
+    forward_model = make_luminal(fx)
+    forward_model.load_state_dict(state)
+    fin = fx.tensor((BATCH, *input_shape)).set(x)
+    forward_model(fin).retrieve()
+    fx.compile(lm.CPUCompiler())
+
+    first = 3  # same weights, same batch: the first losses must agree
+    ours = [step(x, y) for _ in range(first)]
+    theirs = [torch_step() for _ in range(first)]
+    loss_error = float(np.max(np.abs(np.subtract(ours, theirs))))
+
+    train = mean_time(lambda: step(x, y), steps, repeats), mean_time(torch_step, steps, repeats)
+    forward = mean_time(fx.execute, steps, repeats), mean_time(torch_forward, steps, repeats)
+    rows = [(f"{name} train step", *train), (f"{name} forward", *forward)]
+    print(
+        f"  {name}: compile {compile_seconds:.2f} s (kernel cache warm or cold), "
+        f"|loss - torch loss| over the first {first} steps {loss_error:.1e}"
+    )
+    return rows
+
+
+def cpu_name() -> str:
+    """The CPU model from /proc/cpuinfo (Linux), else what platform knows."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--steps", type=int, default=50, help="steps per timed repeat")
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    toolchain.set_num_threads(args.threads)
+    threads = toolchain.get_num_threads()
+    print(
+        f"machine: {cpu_name()} ({platform.machine()}), {os.cpu_count()} cores; threads: "
+        f"torch {torch.get_num_threads()}, luminal OpenMP {threads.openmp} / BLAS "
+        f"{threads.blas}; torch {torch.__version__}, numpy {np.__version__}, "
+        f"python {platform.python_version()}"
+    )
+    print(f"batch {BATCH}, SGD lr {LR} momentum {MOMENTUM}, cross-entropy\n")
+    timing = args.steps, args.repeats
+    rows = bench_model("MLP 784-512-512-10", torch_mlp, luminal_mlp, (784,), *timing)
+    rows += bench_model("LeNet-5 1x28x28", torch_lenet, luminal_lenet, (1, 28, 28), *timing)
+    print(f"\n{'':<32}{'luminal':>12}{'torch eager':>14}{'ratio':>9}")
+    for label, ours, theirs in rows:
+        print(f"{label:<32}{ours * 1e3:>9.3f} ms{theirs * 1e3:>11.3f} ms{ours / theirs:>8.2f}x")
+
+
+if __name__ == "__main__":
+    main()
