@@ -12,29 +12,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 
 import numpy as np
 import torch
+from common import best_of, equal_threads, parallel_copy_seconds
 
 import luminal as lm
-from luminal.backends.cpu import toolchain
-
-
-def best_of(fn: Callable[[], object], repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def compiled(build: Callable[[lm.Graph], list[lm.GraphTensor]]) -> tuple[lm.Graph, list]:
@@ -116,7 +104,7 @@ def bench_elementwise(rng: np.random.Generator, repeats: int) -> None:
         return ((((x * 1.5 + 0.5) * x - 2.0) * 0.25 + x) * 3.0 - 1.0) * 0.5
 
     target = np.empty_like(x)
-    copy = min(best_of(lambda: np.copyto(target, x), repeats), parallel_copy_time(x, repeats))
+    copy = min(best_of(lambda: np.copyto(target, x), repeats), parallel_copy_seconds(x, repeats))
     cx.execute()
     np.testing.assert_allclose(out.numpy(), numpy_chain(), rtol=1e-4, atol=1e-5)
     ours = best_of(cx.execute, repeats)
@@ -129,24 +117,6 @@ def bench_elementwise(rng: np.random.Generator, repeats: int) -> None:
         f" | {achieved / 1e9:.1f} GB/s = {achieved / bandwidth:.0%} of copy "
         f"{bandwidth / 1e9:.1f} GB/s",
     )
-
-
-COPY_KERNEL = """
-void parallel_copy(float* out, const float* x, const long long* numel) {
-    #pragma omp parallel for
-    for (long long i = 0; i < numel[0]; i++) out[i] = x[i];
-}
-"""
-
-
-def parallel_copy_time(x: np.ndarray, repeats: int) -> float:
-    """The machine's copy bandwidth with all threads: an OpenMP copy kernel."""
-    cx = lm.Graph()
-    out = lm.custom_kernel([cx.tensor(x.shape).set(x)], COPY_KERNEL, x.shape).retrieve()
-    cx.compile(lm.CPUCompiler())
-    cx.execute()
-    np.testing.assert_array_equal(out.numpy(), x)
-    return best_of(cx.execute, repeats)
 
 
 def bench_rows(rng: np.random.Generator, repeats: int) -> None:
@@ -221,12 +191,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--repeats", type=int, default=10)
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    toolchain.set_num_threads(args.threads)
-    print(
-        f"machine: {platform.machine()}, {os.cpu_count()} cores, threads {args.threads}, "
-        f"torch {torch.__version__}, numpy {np.__version__}"
-    )
+    equal_threads(args.threads)
     rng = np.random.default_rng(0)
     bench_mlp(rng, args.repeats)
     bench_elementwise(rng, args.repeats)

@@ -13,27 +13,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
-import time
-from collections.abc import Callable
 
 import numpy as np
 import torch
 import transformers
+from common import best_of, equal_threads, parallel_copy_seconds
 
 import luminal as lm
-from luminal.backends.cpu import toolchain
 from luminal.models.bert import Bert, mean_pooling
-
-
-def best_of(fn: Callable[[], object], repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def report(name: str, ours: float, theirs: float, extra: str = "") -> None:
@@ -75,16 +62,7 @@ def bench_minilm(repeats: int) -> None:
 def copy_bandwidth(repeats: int) -> float:
     """Bytes/s of an all-threads copy of 256 MiB (read + write)."""
     source = np.random.default_rng(0).standard_normal(1 << 26).astype(np.float32)
-    kernel = """
-void parallel_copy(float* out, const float* x, const long long* numel) {
-    #pragma omp parallel for
-    for (long long i = 0; i < numel[0]; i++) out[i] = x[i];
-}
-"""
-    cx = lm.Graph()
-    lm.custom_kernel([cx.tensor(source.shape).set(source)], kernel, source.shape).retrieve()
-    cx.compile(lm.CPUCompiler(verify=False))
-    return 2 * source.nbytes / best_of(cx.execute, repeats)
+    return 2 * source.nbytes / parallel_copy_seconds(source, repeats)
 
 
 def bench_llama(repeats: int) -> None:
@@ -157,12 +135,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    toolchain.set_num_threads(args.threads)
-    print(
-        f"machine: {platform.machine()}, {os.cpu_count()} cores, threads {args.threads}, "
-        f"torch {torch.__version__}, transformers {transformers.__version__}"
-    )
+    equal_threads(args.threads, f", transformers {transformers.__version__}")
     bench_minilm(args.repeats)
     bench_llama(args.repeats)
 

@@ -10,22 +10,12 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import time
 from collections.abc import Callable
 
 import numpy as np
+from common import best_of
 
 import luminal as lm
-
-
-def best_of(fn: Callable[[], object], repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def mlp_case(rng: np.random.Generator) -> tuple[Callable[[], object], Callable[[], object]]:

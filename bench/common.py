@@ -1,0 +1,54 @@
+"""What every benchmark shares: timing, equal threads, the machine line, copy bandwidth."""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+import luminal as lm
+
+COPY_KERNEL = """
+void parallel_copy(float* out, const float* x, const long long* numel) {
+    #pragma omp parallel for
+    for (long long i = 0; i < numel[0]; i++) out[i] = x[i];
+}
+"""
+
+
+def best_of(fn: Callable[[], object], repeats: int) -> float:
+    """Minimum wall time of `repeats` calls after one warm-up call."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def equal_threads(threads: int, libraries: str = "") -> None:
+    """Give PyTorch and luminal (OpenMP and BLAS) the same thread count; print the machine."""
+    import torch
+
+    from luminal.backends.cpu import toolchain
+
+    torch.set_num_threads(threads)
+    toolchain.set_num_threads(threads)
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, threads {threads}, "
+        f"torch {torch.__version__}, numpy {np.__version__}{libraries}"
+    )
+
+
+def parallel_copy_seconds(x: np.ndarray, repeats: int) -> float:
+    """Time of an all-threads copy of `x` (the machine's copy bandwidth: 2 * x.nbytes / t)."""
+    cx = lm.Graph()
+    out = lm.custom_kernel([cx.tensor(x.shape).set(x)], COPY_KERNEL, x.shape).retrieve()
+    cx.compile(lm.CPUCompiler(verify=False))
+    cx.execute()
+    np.testing.assert_array_equal(out.numpy(), x)
+    return best_of(cx.execute, repeats)
