@@ -215,3 +215,21 @@ def test_scatter_accumulates_repeated_indices_like_the_reference(rng):
     expected = cx.input_data[base.node_id].copy()
     np.add.at(expected, [0, 5], np.exp(cx.input_data[updates.node_id]))
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-6)
+
+
+def test_strided_operands_are_packed_for_blas(rng):
+    """Operands BLAS cannot read in place (every other column, overlapping windows) are
+    copied into a scratch matrix and still go to sgemm."""
+    cx = lm.Graph()
+    a = cx.tensor((16, 24)).set(uniform(rng, (16, 24)))
+    b = cx.tensor((3, 12, 10)).set(uniform(rng, (3, 12, 10)))
+    out = (a[:, ::2] @ b).retrieve()
+    windows = a.reshape(-1).pool_last_dim(6, 2) @ cx.tensor((6, 4)).set(uniform(rng, (6, 4)))
+    pooled = windows.retrieve()
+    expected = reference_outputs(cx, [out, pooled])
+    compiled = cx.compile(CPUCompiler())
+    sources = [k.source for s in compiled.segments for k in s.kernels]
+    assert any("malloc" in source and "sgemm" in source for source in sources)
+    cx.execute()
+    for got, want in zip([out.numpy(), pooled.numpy()], expected, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from luminal.backends.cpu import toolchain
-from luminal.backends.cpu.codegen import KernelSource, _finish_source, c_expr
+from luminal.backends.cpu.codegen import KernelSource, _finish_source, c_expr, flat_index
 from luminal.dtype import DType
 from luminal.graph import Graph, Node
 from luminal.shape.expr import ONE, ZERO, Expr, var
@@ -120,6 +120,25 @@ def blas_contract_kernel(
     b_op = _matrix(k, n, sb[axis], sb[n_inner] if n_inner is not None else ZERO)
     sc_m = out_strides[m_inner] if m_inner is not None else ZERO
     sc_n = out_strides[n_inner] if n_inner is not None else ONE
+    packing: list[str] = []
+    freeing: list[str] = []
+    pointer = {"a": "b1", "b": "b2"}
+    a_off_override = b_off_override = None
+    # an operand BLAS cannot read in place (a strided read such as relu's gradient, whose
+    # values sit every other float) is packed into a row-major scratch matrix first
+    if a_op is None and len(m_axes) <= 1:
+        fill, size = _pack(graph, node, materialised, a_edge, batch, m_axes, axis, "pa", m, k)
+        packing.append(fill)
+        freeing.append("free(pa);")
+        a_op, pointer["a"] = (NO_TRANS, k), "pa"
+        a_off_override = size
+    if b_op is None and len(n_axes) <= 1:
+        n_axis = n_axes[0] if n_axes else None
+        fill, size = _pack(graph, node, materialised, b_edge, batch, [axis], n_axis, "pb", k, n)
+        packing.append(fill)
+        freeing.append("free(pb);")
+        b_op, pointer["b"] = (NO_TRANS, n or ONE), "pb"
+        b_off_override = size
     if a_op is None or b_op is None:
         return None
     swap = not (n is None or n == 1 or sc_n == 1)
@@ -128,14 +147,20 @@ def blas_contract_kernel(
     index = [var(f"i{j}_") for j in range(len(batch))]
     a_off = a_edge.view.offset + sum((i * sa[d] for i, d in zip(index, batch, strict=True)), ZERO)
     b_off = b_edge.view.offset + sum((i * sb[d] for i, d in zip(index, batch, strict=True)), ZERO)
+    batch_flat = flat_index(index, [shape[d] for d in batch])
+    if a_off_override is not None:
+        a_off = batch_flat * a_off_override
+    if b_off_override is not None:
+        b_off = batch_flat * b_off_override
     c_off = sum((i * out_strides[d] for i, d in zip(index, batch, strict=True)), ZERO)
     mm, nn = c_expr(m or ONE), c_expr(n or ONE)
     if not swap:
         ldc = sc_m if (m is not None and m != 1) else (n or ONE)
         call = (
             f"{_sgemm()}({ROW_MAJOR}, {a_op[0]}, {b_op[0]}, (int)({mm}), (int)({nn}), "
-            f"(int)({c_expr(k)}), 1.0f, b1 + {c_expr(a_off)}, (int)({c_expr(a_op[1])}), "
-            f"b2 + {c_expr(b_off)}, (int)({c_expr(b_op[1])}), 0.0f, b0 + {c_expr(c_off)}, "
+            f"(int)({c_expr(k)}), 1.0f, {pointer['a']} + {c_expr(a_off)}, "
+            f"(int)({c_expr(a_op[1])}), {pointer['b']} + {c_expr(b_off)}, "
+            f"(int)({c_expr(b_op[1])}), 0.0f, b0 + {c_expr(c_off)}, "
             f"(int)({c_expr(ldc)}));"
         )
     else:  # output holds (n, m): compute C^T = B^T A^T
@@ -143,17 +168,74 @@ def blas_contract_kernel(
         flip = {NO_TRANS: TRANS, TRANS: NO_TRANS}
         call = (
             f"{_sgemm()}({ROW_MAJOR}, {flip[b_op[0]]}, {flip[a_op[0]]}, (int)({nn}), "
-            f"(int)({mm}), (int)({c_expr(k)}), 1.0f, b2 + {c_expr(b_off)}, "
-            f"(int)({c_expr(b_op[1])}), b1 + {c_expr(a_off)}, (int)({c_expr(a_op[1])}), 0.0f, "
+            f"(int)({mm}), (int)({c_expr(k)}), 1.0f, {pointer['b']} + {c_expr(b_off)}, "
+            f"(int)({c_expr(b_op[1])}), {pointer['a']} + {c_expr(a_off)}, "
+            f"(int)({c_expr(a_op[1])}), 0.0f, "
             f"b0 + {c_expr(c_off)}, (int)({c_expr(ldc)}));"
         )
     body = call
     for i, d in reversed(list(zip(index, batch, strict=True))):
         name = c_expr(i)
         body = f"for (long long {name} = 0; {name} < {c_expr(shape[d])}; {name}++) {{\n{body}\n}}"
+    body = "\n".join([*packing, body, *freeing])
     body = "\n".join("    " + line for line in body.splitlines())
     buffers = [node.id, a_edge.source, b_edge.source]
     signature_types = ["float* restrict b0", "const float* b1", "const float* b2"]
-    return _finish_source(
-        "sgemm", buffers, signature_types, dims, body, [node.id], prelude=_prototype()
-    )
+    prelude = "#include <stdlib.h>\n" + _prototype() if packing else _prototype()
+    return _finish_source("sgemm", buffers, signature_types, dims, body, [node.id], prelude=prelude)
+
+
+def _pack(
+    graph: Graph,
+    node: Node,
+    materialised: set[int],
+    edge: object,
+    batch: list[int],
+    row_axes: list[int],
+    col_axis: int | None,
+    name: str,
+    rows: Expr | None,
+    cols: Expr | None,
+) -> tuple[str, Expr]:
+    """C that copies one operand into `name`, a malloc'd (batch..., rows, cols) row-major
+    matrix; returns the code and the size of one batch's matrix. `row_axes` holds at most
+    one logical axis (none: a single row); `col_axis` None means a single column."""
+    from luminal.backends.cpu.codegen import KernelWriter
+
+    writer = KernelWriter(graph, materialised - {node.id})
+    writer.buffer(node.id)
+    writer.buffer(node.inputs[0].source)
+    writer.buffer(node.inputs[1].source)
+    shape = edge.view.shape
+    r, c = rows or ONE, cols or ONE
+    batch_vars = [writer.loop_var(f"i{j}_", shape[d]) for j, d in enumerate(batch)]
+    row_var = writer.loop_var("r0_", r)
+    col_var = writer.loop_var("r1_", c)
+    indices = []
+    for d in range(len(shape)):
+        if d in batch:
+            indices.append(batch_vars[batch.index(d)])
+        elif row_axes and d == row_axes[0]:
+            indices.append(row_var)
+        elif col_axis is not None and d == col_axis:
+            indices.append(col_var)
+        else:
+            indices.append(ZERO)  # broadcast in this operand (or size 1)
+    value = writer.edge(edge, indices)
+    batch_shape = [shape[d] for d in batch]
+    size = r * c
+    target = flat_index(batch_vars, batch_shape) * size + row_var * c + col_var
+    total = size
+    for d in batch_shape:
+        total = total * d
+    loops = f"{name}[{c_expr(target)}] = {value};"
+    for v, extent in reversed(
+        [*zip(batch_vars, batch_shape, strict=True), (row_var, r), (col_var, c)]
+    ):
+        loop_name = c_expr(v)
+        loops = (
+            f"for (long long {loop_name} = 0; {loop_name} < {c_expr(extent)}; {loop_name}++) "
+            f"{{\n{loops}\n}}"
+        )
+    allocate = f"float* {name} = (float*)malloc(sizeof(float) * (size_t)({c_expr(total)}));"
+    return allocate + "\n" + loops, size
