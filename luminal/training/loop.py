@@ -24,7 +24,7 @@ from luminal import ops
 from luminal.dtype import float32, int32
 from luminal.errors import GraphError, LuminalError, ShapeError
 from luminal.training.autograd import Autograd
-from luminal.training.optim import Optimizer, _output_array, clip_grad_norm
+from luminal.training.optim import Optimizer, clip_grad_norm, output_array
 
 if TYPE_CHECKING:
     from luminal.graph import Graph
@@ -181,7 +181,7 @@ class TrainStep:
         self.graph.execute()
         if self._buffers:
             for buffer, new in self._buffers:
-                self.graph.input_data[buffer.node_id] = _output_array(self.graph, new)
+                self.graph.input_data[buffer.node_id] = output_array(self.graph, new)
         if last:
             self.optimizer.apply()
             if self.schedule is not None:

@@ -155,7 +155,7 @@ class Optimizer:
         if not self._built:
             raise GraphError(f"{type(self).__name__}.apply: call step_graph(grads) first")
         graph = self.graph
-        moves = [(target.node_id, _output_array(graph, new)) for target, new in self._carry]
+        moves = [(target.node_id, output_array(graph, new)) for target, new in self._carry]
         for node_id, array in moves:
             graph.input_data[node_id] = array
 
@@ -476,7 +476,7 @@ def _check_parameter(opt: Optimizer, index: int, param: Any) -> None:
         )
 
 
-def _output_array(graph: Graph, tensor: GraphTensor) -> np.ndarray:
+def output_array(graph: Graph, tensor: GraphTensor) -> np.ndarray:
     """The array a run left for `tensor` (the array itself when the view is the
     identity, which it is for the kept elementwise results an optimizer builds)."""
     node_id = tensor.node_id
@@ -505,4 +505,5 @@ __all__ = [
     "clip_grad_norm",
     "clip_grad_value",
     "one_minus_pow",
+    "output_array",
 ]

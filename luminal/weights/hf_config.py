@@ -52,6 +52,16 @@ def _check_type(cls_name: str, name: str, value: Any, kind: type | tuple[type, .
     return value
 
 
+# the sizes every transformer config must state (the rest has transformers' defaults)
+TRANSFORMER_SIZES = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+)
+
+
 class _FromDict:
     """from_dict/to_dict shared by the config dataclasses."""
 
@@ -114,13 +124,7 @@ class LlamaConfig(_FromDict):
     `num_key_value_heads` defaults to `num_attention_heads` and `head_dim` to
     `hidden_size // num_attention_heads`."""
 
-    REQUIRED: ClassVar[tuple[str, ...]] = (
-        "vocab_size",
-        "hidden_size",
-        "intermediate_size",
-        "num_hidden_layers",
-        "num_attention_heads",
-    )
+    REQUIRED: ClassVar[tuple[str, ...]] = TRANSFORMER_SIZES
 
     vocab_size: int
     hidden_size: int
@@ -177,13 +181,7 @@ class LlamaConfig(_FromDict):
 class BertConfig(_FromDict):
     """What a BERT encoder needs from its config (defaults: transformers' BertConfig)."""
 
-    REQUIRED: ClassVar[tuple[str, ...]] = (
-        "vocab_size",
-        "hidden_size",
-        "intermediate_size",
-        "num_hidden_layers",
-        "num_attention_heads",
-    )
+    REQUIRED: ClassVar[tuple[str, ...]] = TRANSFORMER_SIZES
 
     vocab_size: int
     hidden_size: int
