@@ -15,6 +15,7 @@ from luminal.errors import (
 )
 from luminal.graph import Graph
 from luminal.hl.combine import concat, stack
+from luminal.search.budget import TimeBudget
 from luminal.tensor import GraphTensor
 
 __version__ = "0.1.0"
@@ -56,6 +57,7 @@ __all__ = [
     "Looped",
     "ShapeError",
     "Timed",
+    "TimeBudget",
     "bfloat16",
     "bool",
     "concat",

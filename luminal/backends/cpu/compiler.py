@@ -1,184 +1,199 @@
-"""`lm.CPUCompiler(mode="fast")`: generic passes, e-graph lowering (contractions to
-BLAS), fusion, C code generation, one library per graph, and a check against the
-reference runtime before the compiled graph is trusted."""
+"""`lm.CPUCompiler(mode=...)`: generic passes, e-graph lowering (contractions to BLAS),
+fusion, C code generation, one library per graph, and a check against the reference
+runtime before the compiled graph is trusted.
+
+`mode="fast"` takes every kernel from the static lowering. `mode="optimal"` and
+`mode=lm.TimeBudget(seconds)` search the backend's alternatives by measuring them
+(`tuning.py`, `luminal/search/`) and cache the choice on disk.
+"""
 
 from __future__ import annotations
 
 import copy
+import math
+import os
+import sys
+from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from luminal import ops
-from luminal.backends.cpu import ops as cpu_ops
-from luminal.backends.cpu.blas import blas_contract_kernel
-from luminal.backends.cpu.codegen import NotRowLocal
-from luminal.backends.cpu.kernels import (
-    custom_kernel_source,
-    elementwise_kernel,
-    gather_kernel,
-    reduce_kernel,
-    row_kernel,
-    scatter_kernel,
+from luminal.backends.cpu import toolchain
+from luminal.backends.cpu.lowering import assemble, lower, lower_kernels
+from luminal.backends.cpu.runtime import CompiledGraph
+from luminal.backends.cpu.verify import (
+    check_inputs,
+    output_views,
+    reference_outputs,
+    verify_against_reference,
 )
-from luminal.backends.cpu.runtime import CompiledGraph, Segment
-from luminal.backends.cpu.schedule import row_groups, schedule
 from luminal.compiler.egraph import EGraphCompiler
 from luminal.compiler.passes import GenericCompiler
-from luminal.custom import CustomKernel
 from luminal.errors import CompileError
 from luminal.graph import Graph
-from luminal.reference.views import read_view
-from luminal.shape.tracker import ShapeTracker
+from luminal.search.budget import Deadline, TimeBudget
+from luminal.search.cache import SearchCache, SearchRecord, cpu_model, luminal_version, search_key
+from luminal.search.fingerprint import graph_fingerprint
+from luminal.search.strategy import BeamSearch
 
-MODES = ("fast",)
+__all__ = ["CPUCompiler", "assemble", "lower", "lower_kernels"]
+
+MODES = ("fast", "optimal")
 
 
 class CPUCompiler:
     """Compile a graph to C kernels for this CPU. `verify` runs the compiled graph and
     the reference runtime on the same inputs (the current ones, or seeded random data
-    for inputs without any) and raises CompileError if they differ."""
+    for inputs without any) and raises CompileError if they differ; a searching mode
+    always verifies. Search settings: `beam` (states kept per site), `seed`, `cache`
+    (reuse and store results on disk: True for the luminal cache, a folder, or False),
+    `progress` (a tqdm bar; default: when stderr is a terminal), `candidate_timeout`
+    (seconds before a candidate that does not return is killed and discarded)."""
 
     def __init__(
-        self, mode: Any = "fast", verify: bool = True, rtol: float = 1e-3, atol: float = 1e-4
+        self,
+        mode: Any = "fast",
+        verify: bool = True,
+        rtol: float = 1e-3,
+        atol: float = 1e-4,
+        beam: int = 2,
+        seed: int = 0,
+        cache: bool | str | os.PathLike[str] = True,
+        progress: bool | None = None,
+        candidate_timeout: float = 10.0,
     ) -> None:
-        if mode not in MODES:
+        if not (mode in MODES or isinstance(mode, TimeBudget)):
             raise CompileError(
-                f"CPUCompiler: mode {mode!r} is not available yet; expected one of {MODES}"
+                f"CPUCompiler: unknown mode {mode!r}; expected one of {MODES} or "
+                "lm.TimeBudget(seconds)"
             )
         self.mode = mode
         self.verify = verify
         self.rtol = rtol
         self.atol = atol
+        self.beam = beam
+        self.seed = seed
+        self.cache = cache
+        self.progress = progress
+        self.candidate_timeout = candidate_timeout
+        self.search_record: SearchRecord | None = None
+        self.cache_hit = False
+
+    @property
+    def searching(self) -> bool:
+        return self.mode != "fast"
 
     def compile(self, graph: Graph) -> CompiledGraph:
-        reference = copy.deepcopy(graph) if self.verify else None
+        budget = self.mode.seconds if isinstance(self.mode, TimeBudget) else math.inf
+        deadline = Deadline(budget)
+        fingerprint = graph_fingerprint(graph) if self.searching else ""
+        reference = copy.deepcopy(graph) if (self.verify or self.searching) else None
         graph.compiled = None
         graph.compile(GenericCompiler())
         graph.compile(EGraphCompiler(rulesets=("algebra", "structure", "cpu")))
         graph.compile(GenericCompiler())
-        compiled = lower(graph)
+        if self.searching:
+            compiled = self._search(graph, reference, fingerprint, deadline)
+        else:
+            compiled = lower(graph)
         compiled.build()
         graph.compiled = compiled
         if reference is not None:
             verify_against_reference(graph, reference, self.rtol, self.atol)
         return compiled
 
+    # ------------------------------------------------------------------ search
+    def _search(
+        self, graph: Graph, reference: Graph, fingerprint: str, deadline: Deadline
+    ) -> CompiledGraph:
+        from luminal.backends.cpu.tuning import SPACE_VERSION, CpuSearchSpace
 
-def _dims_of(graph: Graph) -> list[str]:
-    names: set[str] = set()
-    for node in graph.nodes.values():
-        for d in node.shape:
-            names |= d.variables()
-        for edge in node.inputs:
-            view = edge.view
-            for e in (*view.shape, *view.strides, view.offset):
-                names |= e.variables()
-            if view.mask is not None:
-                for lo, hi in view.mask:
-                    names |= lo.variables() | hi.variables()
-        if isinstance(node.op, ops.Constant) and hasattr(node.op.value, "variables"):
-            names |= node.op.value.variables()
-        if isinstance(node.op, ops.Iota):
-            names |= node.op.expr.variables() - {"z"}
-    return sorted(names)
-
-
-def lower(graph: Graph) -> CompiledGraph:
-    """Kernels for every materialised node, grouped into segments at Python functions."""
-    plan = schedule(graph)
-    materialised = set(plan.materialised) | set(plan.inputs)
-    dims = _dims_of(graph)
-    row_kernels = {}
-    for head, absorbed in row_groups(graph, plan).items():
+        saved_inputs = dict(graph.input_data)
+        dims = check_inputs(graph, reference)
         try:
-            row_kernels[head] = row_kernel(graph, graph.nodes[head], absorbed, materialised, dims)
-        except NotRowLocal:
-            continue
-        materialised -= set(absorbed)
-    plan.materialised = [n for n in plan.materialised if n in materialised]
-    segments: list[Segment] = [Segment()]
-    steps: list[tuple[int, list[int]]] = []
-    for node_id in plan.materialised:
-        node = graph.nodes[node_id]
-        op = node.op
-        if node_id in row_kernels:
-            kernel = row_kernels[node_id]
-            segments[-1].kernels.append(kernel)
-            steps.append((node_id, list(kernel.buffers[1:])))
-            continue
-        if isinstance(op, ops.Function):
-            segments.append(Segment(function_node=node_id))
-            segments.append(Segment())
-            steps.append((node_id, [e.source for e in node.inputs]))
-            continue
-        if isinstance(op, cpu_ops.Contract):
-            kernel = blas_contract_kernel(graph, node, materialised, dims) or reduce_kernel(
-                graph, node, materialised, dims
-            )
-        elif isinstance(op, ops.SumReduce | ops.MaxReduce):
-            kernel = reduce_kernel(graph, node, materialised, dims)
-        elif isinstance(op, ops.Gather):
-            kernel = gather_kernel(graph, node, materialised, dims)
-        elif isinstance(op, CustomKernel):
-            kernel = custom_kernel_source(graph, node, dims)
-        elif isinstance(op, ops.Scatter):
-            kernel = scatter_kernel(graph, node, materialised, dims)
-        else:
-            kernel = elementwise_kernel(graph, node, materialised, dims)
-        segments[-1].kernels.append(kernel)
-        steps.append((node_id, [n for n in kernel.buffers[1:]]))
-    segments = [s for s in segments if s.kernels or s.function_node is not None]
-    for index, segment in enumerate(segments):
-        if segment.function_node is None:
-            segment.runner = f"lm_run_segment_{index}"
-    buffer_nodes = list(plan.inputs) + list(plan.materialised)
-    return CompiledGraph(graph, segments, buffer_nodes, list(plan.inputs), dims, steps)
-
-
-def verify_against_reference(graph: Graph, reference: Graph, rtol: float, atol: float) -> None:
-    """Run both on the same inputs; restore the user's state afterwards."""
-    from luminal.reference.executor import execute as reference_execute
-
-    saved = dict(graph.input_data)
-    rng = np.random.default_rng(0)
-    for node_id, node in reference.nodes.items():
-        if isinstance(node.op, ops.Input) and node_id not in reference.input_data:
-            shape = tuple(
-                d.evaluate({**{n: 3 for n in _dims_of(reference)}, **reference.dims})
-                for d in node.shape
-            )
-            if node.dtype.is_float:
-                data = rng.uniform(-1, 1, shape).astype(node.dtype.numpy)
+            threads = toolchain.get_num_threads().openmp
+            space = CpuSearchSpace(graph, dims, threads)
+            key = search_key(fingerprint, dims, f"cpu/threads={threads}", SPACE_VERSION)
+            store = SearchCache(self._cache_directory())
+            record = store.load(key) if self.cache else None
+            if record is not None and record.sites == space.site_options():
+                self.cache_hit = True
             else:
-                data = np.zeros(shape, dtype=node.dtype.numpy)
-            reference.input_data[node_id] = data
-            graph.input_data[node_id] = data
-    for name in _dims_of(reference):
-        reference.dims.setdefault(name, 3)
-        graph.dims.setdefault(name, reference.dims[name])
-    try:
-        reference_execute(reference)
-        graph.compiled.execute(graph)
-        for node_id in reference.output_roots():
-            if node_id not in reference.buffers:
-                continue
-            expected = reference.buffers[node_id].astype(np.float64)
-            view = ShapeTracker.contiguous(reference.nodes[node_id].shape)
-            resolved = graph.resolve(node_id, view)
-            if resolved is None or resolved[0] not in graph.buffers:
-                continue
-            buffer = graph.buffers[resolved[0]]
-            actual = read_view(buffer, resolved[1], graph.dims).astype(np.float64)
-            if expected.shape != actual.shape or not np.allclose(
-                actual, expected, rtol=rtol, atol=atol, equal_nan=True
-            ):
-                graph.compiled = None
-                raise CompileError(
-                    f"CPUCompiler: compiled output of node {node_id} differs from the reference "
-                    f"runtime (max abs diff {np.nanmax(np.abs(actual - expected)):.3g})"
-                )
-    finally:
-        graph.input_data.clear()
-        graph.input_data.update(saved)
-        graph.buffers = {}
+                record = self._run_search(space, reference, key, deadline)
+                if self.cache:
+                    store.store(record)
+            self.search_record = record
+            return space.compiled(record.chosen)
+        finally:
+            graph.input_data.clear()
+            graph.input_data.update(saved_inputs)
+
+    def _cache_directory(self) -> Path:
+        if isinstance(self.cache, str | os.PathLike):
+            return Path(self.cache)
+        return toolchain.cache_root() / "search"
+
+    def _run_search(
+        self, space: Any, reference: Graph, key: str, deadline: Deadline
+    ) -> SearchRecord:
+        expected = reference_outputs(reference, self.rtol, self.atol)
+        bar = _progress_bar(self.progress, space)
+        # keep time for the final build and check: about what the static build took
+        reserve = 0.1 * deadline.seconds if deadline.bounded else 0.0
+
+        def report(tried: int, best: float | None, left: float) -> None:
+            if bar is not None:
+                bar.update(tried - bar.n)
+                best_text = "-" if best is None else f"{best * 1e3:.3f} ms"
+                left_text = "unbounded" if not math.isfinite(left) else f"{max(left, 0):.0f} s"
+                bar.set_postfix_str(f"best {best_text}, left {left_text}")
+
+        search = BeamSearch(
+            space,
+            expected,
+            output_views(reference, expected),
+            deadline,
+            beam=self.beam,
+            seed=self.seed,
+            reserve=reserve,
+            timeout=self.candidate_timeout,
+            progress=report,
+        )
+        try:
+            result = search.run()
+        finally:
+            if bar is not None:
+                bar.close()
+        return SearchRecord(
+            key=key,
+            label=_label(reference, len(space.sites)),
+            backend="cpu",
+            mode=repr(self.mode),
+            cpu=cpu_model(),
+            version=luminal_version(),
+            chosen=result.best,
+            best_seconds=result.best_seconds,
+            baseline_seconds=result.baseline_seconds,
+            search_seconds=result.seconds,
+            sites=space.site_options(),
+            trials=result.trials,
+            stopped_by=result.stopped_by,
+        )
+
+
+def _progress_bar(progress: bool | None, space: Any) -> Any:
+    show = sys.stderr.isatty() if progress is None else progress
+    if not show:
+        return None
+    from tqdm.auto import tqdm
+
+    total = 1 + sum(len(site.options) - 1 for site in space.sites)
+    return tqdm(total=total, desc="luminal search", unit="candidate", leave=False)
+
+
+def _label(reference: Graph, sites: int) -> str:
+    """What a reader of `luminal search-report` recognises a model by."""
+    outputs = [
+        "(" + ", ".join(str(d) for d in reference.nodes[n].shape) + ")"
+        for n in reference.output_roots()
+    ]
+    shown = ", ".join(outputs[:3]) + (f" +{len(outputs) - 3}" if len(outputs) > 3 else "")
+    return f"{len(reference.nodes)} nodes, outputs {shown}, {sites} sites"

@@ -92,19 +92,37 @@ class CompiledGraph:
         self.debug = int(os.environ.get("LUMINAL_DEBUG", "0") or 0)
 
     # ---------------------------------------------------------------- building
-    def build(self) -> None:
+    def units(self) -> list[tuple[str, str]]:
+        """The (name, C source) translation units of this graph's library."""
         units: dict[str, str] = {}
         for segment in self.segments:
             for kernel in segment.kernels:
                 units[kernel.name] = PRELUDE + kernel.source
-        runner_source = self.runner_source()
-        units["lm_runner"] = runner_source
+        units["lm_runner"] = self.runner_source()
+        return sorted(units.items())
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without the loaded library and run plans (measured search sends a
+        candidate to a measuring process, which calls `build()` again: a cache hit)."""
+        state = dict(self.__dict__)
+        for transient in ("library", "runners", "status"):
+            state.pop(transient, None)
+        state["plans"] = {}
+        state.pop("_static_shapes", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.library = None
+        self.runners = []
+
+    def build(self) -> None:
         if self.debug:
             for segment in self.segments:
                 for kernel in segment.kernels:
                     print(f"// kernel {kernel.name} (graph nodes {kernel.nodes})")
                     print(kernel.source)
-        path = toolchain.build_shared(sorted(units.items()), link_blas=True)
+        path = toolchain.build_shared(self.units(), link_blas=True)
         self.library = toolchain.load(path)
         self.library.lm_gather_status_ptr.restype = ctypes.POINTER(ctypes.c_int)
         self.status = self.library.lm_gather_status_ptr()

@@ -1,0 +1,123 @@
+"""Static lowering: the kernel of every materialised node (mode="fast"), kept in a
+`Lowering` that measured search may edit, then assembled into a CompiledGraph."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from luminal import ops
+from luminal.backends.cpu import ops as cpu_ops
+from luminal.backends.cpu.blas import blas_contract_kernel
+from luminal.backends.cpu.codegen import KernelSource, NotRowLocal
+from luminal.backends.cpu.kernels import (
+    custom_kernel_source,
+    elementwise_kernel,
+    gather_kernel,
+    reduce_kernel,
+    row_kernel,
+    scatter_kernel,
+)
+from luminal.backends.cpu.runtime import CompiledGraph, Segment
+from luminal.backends.cpu.schedule import row_groups, schedule
+from luminal.custom import CustomKernel
+from luminal.graph import Graph
+
+
+def dims_of(graph: Graph) -> list[str]:
+    names: set[str] = set()
+    for node in graph.nodes.values():
+        for d in node.shape:
+            names |= d.variables()
+        for edge in node.inputs:
+            view = edge.view
+            for e in (*view.shape, *view.strides, view.offset):
+                names |= e.variables()
+            if view.mask is not None:
+                for lo, hi in view.mask:
+                    names |= lo.variables() | hi.variables()
+        if isinstance(node.op, ops.Constant) and hasattr(node.op.value, "variables"):
+            names |= node.op.value.variables()
+        if isinstance(node.op, ops.Iota):
+            names |= node.op.expr.variables() - {"z"}
+    return sorted(names)
+
+
+@dataclass
+class Lowering:
+    """Kernels chosen for a graph before they are linked: one per node that writes a
+    buffer, in execution order (`order` also holds Python Function nodes, which end a
+    segment). Measured search (`tuning.py`) swaps kernels here before `assemble`."""
+
+    graph: Graph
+    inputs: list[int]
+    order: list[int]
+    kernels: dict[int, KernelSource]
+    materialised: set[int]
+    dims: list[str]
+
+
+def lower_kernels(graph: Graph) -> Lowering:
+    """The static (mode="fast") kernel for every materialised node."""
+    plan = schedule(graph)
+    materialised = set(plan.materialised) | set(plan.inputs)
+    dims = dims_of(graph)
+    kernels: dict[int, KernelSource] = {}
+    for head, absorbed in row_groups(graph, plan).items():
+        try:
+            kernels[head] = row_kernel(graph, graph.nodes[head], absorbed, materialised, dims)
+        except NotRowLocal:
+            continue
+        materialised -= set(absorbed)
+    order = [n for n in plan.materialised if n in materialised]
+    for node_id in order:
+        if node_id in kernels:
+            continue
+        node = graph.nodes[node_id]
+        op = node.op
+        if isinstance(op, ops.Function):
+            continue
+        if isinstance(op, cpu_ops.Contract):
+            kernel = blas_contract_kernel(graph, node, materialised, dims) or reduce_kernel(
+                graph, node, materialised, dims
+            )
+        elif isinstance(op, ops.SumReduce | ops.MaxReduce):
+            kernel = reduce_kernel(graph, node, materialised, dims)
+        elif isinstance(op, ops.Gather):
+            kernel = gather_kernel(graph, node, materialised, dims)
+        elif isinstance(op, CustomKernel):
+            kernel = custom_kernel_source(graph, node, dims)
+        elif isinstance(op, ops.Scatter):
+            kernel = scatter_kernel(graph, node, materialised, dims)
+        else:
+            kernel = elementwise_kernel(graph, node, materialised, dims)
+        kernels[node_id] = kernel
+    return Lowering(graph, list(plan.inputs), order, kernels, materialised, dims)
+
+
+def assemble(lowering: Lowering) -> CompiledGraph:
+    """Segments of kernels split at Python functions; the CompiledGraph (not yet built)."""
+    graph = lowering.graph
+    segments: list[Segment] = [Segment()]
+    steps: list[tuple[int, list[int]]] = []
+    order = [n for n in lowering.order if n in lowering.materialised]
+    for node_id in order:
+        node = graph.nodes[node_id]
+        if isinstance(node.op, ops.Function):
+            segments.append(Segment(function_node=node_id))
+            segments.append(Segment())
+            steps.append((node_id, [e.source for e in node.inputs]))
+            continue
+        kernel = lowering.kernels[node_id]
+        segments[-1].kernels.append(kernel)
+        steps.append((node_id, list(kernel.buffers[1:])))
+    segments = [s for s in segments if s.kernels or s.function_node is not None]
+    for index, segment in enumerate(segments):
+        if segment.function_node is None:
+            segment.runner = f"lm_run_segment_{index}"
+    buffer_nodes = list(lowering.inputs) + order
+    return CompiledGraph(graph, segments, buffer_nodes, list(lowering.inputs), lowering.dims, steps)
+
+
+def lower(graph: Graph) -> CompiledGraph:
+    """Kernels for every materialised node, grouped into segments at Python functions."""
+    return assemble(lower_kernels(graph))

@@ -1,0 +1,191 @@
+"""The CPU backend's search space for measured search (`mode="optimal"` or a budget).
+
+A *site* is a materialised node whose kernel has alternatives; an *option* rewrites that
+node's kernel in a `Lowering` (and may absorb a neighbour: a matmul that computes its
+bias/activation consumer in the same kernel). Options come from `OPTION_PROVIDERS`, a
+list a test (or a user) may extend; whatever an option produces is compiled, measured
+and checked against the reference runtime before it can be chosen.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from luminal.backends.cpu import toolchain
+from luminal.backends.cpu.codegen import KernelSource
+from luminal.backends.cpu.lowering import Lowering, assemble, lower_kernels
+from luminal.backends.cpu.runtime import CompiledGraph
+from luminal.errors import CompileError, LuminalError
+from luminal.graph import Graph
+from luminal.search.strategy import Config, Prepared, Site
+
+SPACE_VERSION = "1"  # bump when options change meaning, so cached choices are re-searched
+STATIC = "static"
+MIN_SITE_SHARE = 0.01  # sites below this share of the estimated work are not searched
+BYTES_PER_SECOND = 10e9  # rough rates for ordering sites by their share of the run time
+FLOPS_PER_SECOND = 100e9
+
+
+@dataclass(frozen=True)
+class KernelOption:
+    """One alternative for a site: `apply(lowering, node_id)` edits the lowering."""
+
+    name: str
+    apply: Callable[[Lowering, int], None]
+
+
+OptionProvider = Callable[[Lowering, int, dict[str, int]], list[KernelOption]]
+
+
+def renamed(kernel: KernelSource, tag: str, source: str) -> KernelSource:
+    """A variant of `kernel` with its own symbol name (variants link side by side)."""
+    name = f"{kernel.name}_{tag}"
+    return KernelSource(name, source.replace(kernel.name, name), kernel.buffers, kernel.nodes)
+
+
+# --------------------------------------------------------------------------- loop knobs
+OMP_PRAGMA = "#pragma omp parallel for if("
+VECTOR_512 = '__attribute__((target("prefer-vector-width=512"))) '
+
+
+def _loop_variant(tag: str, serial: bool, parallel: bool, wide: bool) -> KernelOption:
+    def apply(lowering: Lowering, node_id: int) -> None:
+        kernel = lowering.kernels[node_id]
+        lines = []
+        for line in kernel.source.splitlines():
+            if OMP_PRAGMA in line:
+                if serial:
+                    continue
+                if parallel:
+                    line = line[: line.index(OMP_PRAGMA)] + "#pragma omp parallel for"
+            lines.append(line)
+        source = "\n".join(lines) + "\n"
+        if wide:
+            source = source.replace(f"void {kernel.name}(", f"{VECTOR_512}void {kernel.name}(")
+        lowering.kernels[node_id] = renamed(kernel, tag, source)
+
+    return KernelOption(tag, apply)
+
+
+LOOP_VARIANTS = [
+    _loop_variant("serial", serial=True, parallel=False, wide=False),
+    _loop_variant("parallel", serial=False, parallel=True, wide=False),
+    _loop_variant("vec512", serial=False, parallel=False, wide=True),
+    _loop_variant("vec512_serial", serial=True, parallel=False, wide=True),
+    _loop_variant("vec512_parallel", serial=False, parallel=True, wide=True),
+]
+
+
+def loop_options(lowering: Lowering, node_id: int, dims: dict[str, int]) -> list[KernelOption]:
+    """Generated loop nests: which loop runs in parallel (none, always, above a size),
+    and 256- or 512-bit vectors."""
+    kernel = lowering.kernels.get(node_id)
+    if kernel is None or OMP_PRAGMA not in kernel.source:
+        return []
+    return list(LOOP_VARIANTS)
+
+
+OPTION_PROVIDERS: list[OptionProvider] = [loop_options]
+
+
+def options_for(lowering: Lowering, node_id: int, dims: dict[str, int]) -> list[KernelOption]:
+    options: dict[str, KernelOption] = {}
+    for provider in OPTION_PROVIDERS:
+        for option in provider(lowering, node_id, dims):
+            options.setdefault(option.name, option)
+    return list(options.values())
+
+
+def estimated_seconds(lowering: Lowering, node_id: int, dims: dict[str, int]) -> float:
+    """A rough time for the node's kernel: contractions by flops, the rest by bytes."""
+    from luminal.backends.cpu.ops import Contract
+
+    node = lowering.graph.nodes[node_id]
+
+    def size(shape: Sequence) -> int:
+        total = 1
+        for d in shape:
+            try:
+                total *= int(d.evaluate(dims))
+            except (KeyError, ValueError, TypeError):
+                total *= 1
+        return total
+
+    if isinstance(node.op, Contract):
+        return 2 * size(node.inputs[0].view.shape) / FLOPS_PER_SECOND
+    read = sum(size(e.view.shape) for e in node.inputs)
+    return 4 * (size(node.shape) + read) / BYTES_PER_SECOND
+
+
+def _label(kernel: KernelSource) -> str:
+    return kernel.name.removeprefix("lm_").rsplit("_", 1)[0]
+
+
+class CpuSearchSpace:
+    """Sites of one graph (already through the generic and e-graph passes) and how to
+    build the candidate for a configuration."""
+
+    def __init__(self, graph: Graph, dims: dict[str, int], threads: int) -> None:
+        self.graph = graph
+        self.dims = dims
+        self.setup = [("luminal.backends.cpu.toolchain", "set_num_threads", (threads,))]
+        base = lower_kernels(graph)
+        self.node_of: dict[str, int] = {}
+        self.sites: list[Site] = []
+        weights = {n: estimated_seconds(base, n, dims) for n in base.kernels}
+        total = sum(weights.values()) or 1.0
+        for position, node_id in enumerate(base.order):
+            kernel = base.kernels.get(node_id)
+            if kernel is None or weights[node_id] < MIN_SITE_SHARE * total:
+                continue
+            options = options_for(base, node_id, dims)
+            if not options:
+                continue
+            key = f"{position}:{_label(kernel)}"
+            self.node_of[key] = node_id
+            self.sites.append(Site(key, [STATIC, *(o.name for o in options)], weights[node_id]))
+
+    def site_options(self) -> dict[str, list[str]]:
+        return {site.key: list(site.options) for site in self.sites}
+
+    def lowering(self, config: Config) -> Lowering:
+        lowering = lower_kernels(self.graph)
+        for site in self.sites:
+            choice = config.get(site.key, STATIC)
+            if choice == STATIC:
+                continue
+            node_id = self.node_of[site.key]
+            options = {o.name: o for o in options_for(lowering, node_id, self.dims)}
+            if choice not in options:
+                raise CompileError(f"search: site {site.key} has no option {choice!r}")
+            options[choice].apply(lowering, node_id)
+        return lowering
+
+    def compiled(self, config: Config) -> CompiledGraph:
+        return assemble(self.lowering(config))
+
+    def prepare(self, configs: Sequence[Config]) -> list[Prepared]:
+        """Lower each configuration, then compile every candidate's kernels in parallel
+        (one gcc per core; kernels already in the on-disk cache cost nothing) and link."""
+        built: list[tuple[Config, CompiledGraph | None, str | None]] = []
+        for config in configs:
+            try:
+                built.append((config, self.compiled(config), None))
+            except LuminalError as error:
+                built.append((config, None, str(error)))
+
+        def link(item: tuple[Config, CompiledGraph | None, str | None]) -> Prepared:
+            config, compiled, error = item
+            if compiled is None:
+                return Prepared(config, error=error)
+            try:
+                toolchain.build_shared(compiled.units(), link_blas=True)
+            except LuminalError as failure:
+                return Prepared(config, error=str(failure))
+            return Prepared(config, payload=pickle.dumps((self.graph, compiled)))
+
+        with ThreadPoolExecutor(max_workers=max(1, toolchain._cpu_count())) as pool:
+            return list(pool.map(link, built))

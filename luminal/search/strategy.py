@@ -1,0 +1,250 @@
+"""Beam search over a backend's sites (places where a kernel has alternatives).
+
+The static choice of every site is measured first (the baseline). Sites are then taken
+in order of their estimated share of the run time; each state in the beam is extended
+with each alternative of the site, the candidates are compiled in parallel, measured in
+the measuring process and checked against the reference outputs; the `beam` fastest
+verified states survive. A final round re-times the winner against the baseline, so the
+result is never slower than the static choice. Same seed, same candidates, same order.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from luminal.search.budget import Deadline
+from luminal.search.cache import Trial
+from luminal.search.measure import MeasuringProcess
+
+Config = dict[str, str]  # site key -> chosen option (sites left out keep their default)
+
+
+@dataclass
+class Site:
+    key: str
+    options: list[str]  # options[0] is the static (mode="fast") choice
+    weight: float = 0.0  # estimated work: heavier sites are searched first
+
+
+@dataclass
+class Prepared:
+    """A candidate ready to measure (`payload` is sent to the measuring process), or
+    the error that stopped it from compiling."""
+
+    config: Config
+    payload: Any = None
+    error: str | None = None
+
+
+class SearchSpace(Protocol):
+    sites: list[Site]
+    setup: list[tuple[str, str, tuple]]  # calls the measuring process makes first
+
+    def prepare(self, configs: Sequence[Config]) -> list[Prepared]: ...
+
+
+@dataclass(frozen=True)
+class Expected:
+    """A reference output and how close a candidate must come to it."""
+
+    value: np.ndarray
+    rtol: float
+    atol: float
+
+
+@dataclass
+class SearchResult:
+    best: Config
+    best_seconds: float
+    baseline_seconds: float
+    trials: list[Trial] = field(default_factory=list)
+    seconds: float = 0.0
+    stopped_by: str = "space exhausted"
+
+
+def config_key(config: Config) -> tuple:
+    return tuple(sorted(config.items()))
+
+
+def check_outputs(outputs: dict[int, np.ndarray], expected: dict[int, Expected]) -> str | None:
+    """None when every output matches its reference; else why not ("nan: ...")."""
+    with np.errstate(all="ignore"):  # a broken candidate may leave any bits behind
+        return _first_mismatch(outputs, expected)
+
+
+def _first_mismatch(outputs: dict[int, np.ndarray], expected: dict[int, Expected]) -> str | None:
+    for node_id, want in expected.items():
+        got = outputs.get(node_id)
+        if got is None:
+            return f"wrong: output of node {node_id} missing"
+        if got.shape != want.value.shape:
+            return f"wrong: output {node_id} has shape {got.shape}, expected {want.value.shape}"
+        actual = got.astype(np.float64)
+        reference = want.value.astype(np.float64)
+        bad = ~np.isfinite(actual) & np.isfinite(reference)
+        if bad.any():
+            return f"nan: output {node_id} has {int(bad.sum())} NaN/inf the reference has not"
+        if not np.allclose(actual, reference, rtol=want.rtol, atol=want.atol, equal_nan=True):
+            diff = np.nanmax(np.abs(actual - reference))
+            return f"wrong: output {node_id} differs from the reference (max abs diff {diff:.3g})"
+    return None
+
+
+class BeamSearch:
+    def __init__(
+        self,
+        space: SearchSpace,
+        expected: dict[int, Expected],
+        roots: list[tuple[int, Any]],
+        deadline: Deadline,
+        beam: int = 2,
+        seed: int = 0,
+        repeats: int = 3,
+        slack: float = 2.0,
+        reserve: float = 0.0,
+        timeout: float = 10.0,
+        progress: Callable[[int, float | None, float], None] | None = None,
+    ) -> None:
+        self.space = space
+        self.expected = expected
+        self.roots = roots
+        self.deadline = deadline
+        self.beam = max(1, beam)
+        self.rng = random.Random(seed)
+        self.repeats = max(3, repeats)
+        self.slack = slack
+        self.reserve = reserve
+        self.timeout = timeout
+        self.progress = progress
+        self.trials: list[Trial] = []
+        self.process = MeasuringProcess()
+        self.compile_seconds_per_candidate = 0.0
+
+    # ------------------------------------------------------------------ measuring
+    def _timeout(self, best: float | None) -> float:
+        # the first request also pays for starting the measuring process
+        generous = self.timeout + (20.0 if best is None else 0.0)
+        if self.deadline.bounded:
+            generous = min(generous, max(0.5, self.deadline.remaining() - self.reserve))
+        return generous
+
+    def measure(self, prepared: Prepared, best: float | None) -> Trial:
+        if prepared.error is not None:
+            trial = Trial(prepared.config, "compile error", None, prepared.error[:500])
+        else:
+            reply = self.process.request(
+                {
+                    "candidate": prepared.payload,
+                    "setup": self.space.setup,
+                    "roots": self.roots,
+                    "repeats": self.repeats,
+                    "best": best,
+                    "slack": self.slack,
+                    "min_sample": 2e-3,
+                },
+                self._timeout(best),
+            )
+            status = reply["status"]
+            seconds = reply.get("seconds")
+            detail = reply.get("detail", "")
+            if status in ("ok", "slower"):
+                problem = check_outputs(reply["outputs"], self.expected)
+                if problem is not None:
+                    status, detail = problem.split(":", 1)[0], problem
+            trial = Trial(prepared.config, status, seconds, detail)
+        self.trials.append(trial)
+        return trial
+
+    def _evaluate(self, configs: list[Config], best: float | None) -> list[Trial]:
+        """Compile in parallel (in chunks, so the deadline is checked between them) and
+        measure one at a time."""
+        trials: list[Trial] = []
+        chunk = 4
+        for start in range(0, len(configs), chunk):
+            part = configs[start : start + chunk]
+            estimate = self.compile_seconds_per_candidate * len(part)
+            if self.deadline.expired(self.reserve + estimate):
+                raise _OutOfTime
+            began = time.perf_counter()
+            prepared = self.space.prepare(part)
+            spent = (time.perf_counter() - began) / max(len(part), 1)
+            self.compile_seconds_per_candidate = max(self.compile_seconds_per_candidate, spent)
+            for item in prepared:
+                if self.deadline.expired(self.reserve):
+                    raise _OutOfTime
+                trial = self.measure(item, best)
+                if trial.status == "ok" and (best is None or trial.seconds < best):
+                    best = trial.seconds
+                trials.append(trial)
+                if self.progress is not None:
+                    self.progress(len(self.trials), best, self.deadline.remaining())
+        return trials
+
+    # ------------------------------------------------------------------ searching
+    def run(self) -> SearchResult:
+        self.process.start()
+        try:
+            return self._run()
+        finally:
+            self.process.close()
+
+    def _run(self) -> SearchResult:
+        (baseline,) = self._evaluate([{}], None)
+        if baseline.status not in ("ok",):
+            from luminal.errors import CompileError
+
+            raise CompileError(
+                f"search: the static program did not run correctly ({baseline.status}: "
+                f"{baseline.detail})"
+            )
+        beam: list[tuple[float, Config]] = [(baseline.seconds, {})]
+        seen = {config_key({})}
+        stopped_by = "space exhausted"
+        sites = sorted(self.space.sites, key=lambda s: (-s.weight, s.key))
+        try:
+            for site in sites:
+                configs = []
+                for _, config in beam:
+                    for option in site.options[1:]:
+                        candidate = {**config, site.key: option}
+                        if config_key(candidate) not in seen:
+                            seen.add(config_key(candidate))
+                            configs.append(candidate)
+                self.rng.shuffle(configs)
+                trials = self._evaluate(configs, beam[0][0])
+                pool = beam + [(t.seconds, t.config) for t in trials if t.status == "ok"]
+                pool.sort(key=lambda item: (item[0], config_key(item[1])))
+                beam = pool[: self.beam]
+        except _OutOfTime:
+            stopped_by = "time budget"
+        best_seconds, best = beam[0]
+        baseline_seconds = baseline.seconds
+        if best and not self.deadline.expired(self.reserve):
+            best, best_seconds, baseline_seconds = self._confirm(best, baseline.seconds)
+        return SearchResult(
+            best, best_seconds, baseline_seconds, self.trials, self.deadline.elapsed(), stopped_by
+        )
+
+    def _confirm(self, best: Config, baseline_seconds: float) -> tuple[Config, float, float]:
+        """Re-time the winner and the baseline side by side; keep the winner only if it
+        is still faster (timings on a busy machine drift)."""
+        try:
+            again = self._evaluate([best, {}, best, {}], None)
+        except _OutOfTime:
+            return best, min(t.seconds for t in self.trials if t.config == best), baseline_seconds
+        winner = [t.seconds for t in again if t.config == best and t.status == "ok"]
+        static = [t.seconds for t in again if t.config == {} and t.status == "ok"]
+        baseline_seconds = min([baseline_seconds, *static])
+        if not winner or min(winner) >= baseline_seconds:
+            return {}, baseline_seconds, baseline_seconds
+        return best, min(winner), baseline_seconds
+
+
+class _OutOfTime(Exception):
+    pass

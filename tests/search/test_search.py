@@ -1,0 +1,168 @@
+"""Measured search: verified, never slower than the static program, survives bad
+candidates, honours a time budget, caches its result (tests run in their own cache)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import luminal as lm
+from luminal.backends.cpu import tuning
+from luminal.cli import main as luminal_main
+
+
+def build(rng: np.random.Generator) -> tuple[lm.Graph, lm.GraphTensor, np.ndarray]:
+    """relu(a @ b + c) followed by a large elementwise tail: several loop sites."""
+    av = rng.uniform(-1, 1, (256, 128)).astype(np.float32)
+    bv = rng.uniform(-1, 1, (128, 256)).astype(np.float32)
+    cv = rng.uniform(-1, 1, (256,)).astype(np.float32)
+    cx = lm.Graph()
+    a, b, c = (cx.tensor(v.shape).set(v) for v in (av, bv, cv))
+    h = (a @ b + c).relu()
+    y = ((h * 0.5).exp() + h.sum(1, keepdim=True)).retrieve()
+    h64 = np.maximum(av.astype(np.float64) @ bv + cv, 0)
+    return cx, y, np.exp(h64 * 0.5) + h64.sum(1, keepdims=True)
+
+
+def _inject(source: str, name: str, statement: str) -> str:
+    """`statement` as the first line of the kernel function `name`."""
+    head = source.index(f"void {name}(")
+    body = source.index("{\n", head) + 2
+    return source[:body] + f"    {statement}\n" + source[body:]
+
+
+def bad_options(lowering, node_id, dims):  # noqa: ANN001, ANN201 - an option provider
+    """Candidates a search must never pick: one skips the work (fast and wrong), one
+    writes through a null pointer, one never returns."""
+    kernel = lowering.kernels.get(node_id)
+    if kernel is None or tuning.OMP_PRAGMA not in kernel.source:
+        return []
+
+    def variant(tag: str, statement: str) -> tuning.KernelOption:
+        def apply(lowering, node_id) -> None:  # noqa: ANN001
+            k = lowering.kernels[node_id]
+            lowering.kernels[node_id] = tuning.renamed(k, tag, _inject(k.source, k.name, statement))
+
+        return tuning.KernelOption(tag, apply)
+
+    return [
+        variant("wrong", "return;"),
+        variant("segfault", "{ volatile float* volatile p = 0; *p = 1.0f; }"),
+        variant("hang", "for (volatile int spin = 1; spin;) {}"),
+    ]
+
+
+@pytest.fixture
+def search_cache(tmp_path: Path) -> Path:
+    return tmp_path / "search"
+
+
+def test_search_is_verified_and_never_slower(rng, search_cache) -> None:
+    cx, y, expected = build(rng)
+    compiler = lm.CPUCompiler(mode="optimal", cache=search_cache)
+    cx.compile(compiler)
+    cx.execute()
+    np.testing.assert_allclose(y.numpy(), expected, rtol=1e-4, atol=1e-4)
+    record = compiler.search_record
+    assert record is not None and not compiler.cache_hit
+    assert record.best_seconds <= record.baseline_seconds
+    assert record.trials[0].config == {} and record.trials[0].status == "ok"
+    assert len(record.sites) >= 2  # the elementwise kernels are sites
+    for site, option in record.chosen.items():
+        assert option in record.sites[site]
+    statuses = {t.status for t in record.trials}
+    assert statuses <= {"ok", "slower"}
+
+
+def test_wrong_crashing_and_hanging_candidates_are_discarded(rng, search_cache, monkeypatch):
+    monkeypatch.setattr(tuning, "OPTION_PROVIDERS", [bad_options])
+    cx, y, expected = build(rng)
+    compiler = lm.CPUCompiler(mode="optimal", cache=search_cache, candidate_timeout=2.0)
+    cx.compile(compiler)
+    record = compiler.search_record
+    outcome = {next(iter(t.config.values())): t.status for t in record.trials if t.config}
+    assert outcome["wrong"] in ("wrong", "nan")  # whatever the skipped buffer held
+    assert outcome["segfault"] == "crashed"
+    assert outcome["hang"] == "timeout"
+    assert record.chosen == {}  # only the static program survived
+    cx.execute()  # this process is unharmed and the chosen program is right
+    np.testing.assert_allclose(y.numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
+def slow_options(lowering, node_id, dims):  # noqa: ANN001, ANN201 - an option provider
+    """Valid but slow candidates (each run sleeps), more than a small budget can try."""
+    kernel = lowering.kernels.get(node_id)
+    if kernel is None or tuning.OMP_PRAGMA not in kernel.source:
+        return []
+
+    def variant(index: int) -> tuning.KernelOption:
+        def apply(lowering, node_id) -> None:  # noqa: ANN001
+            k = lowering.kernels[node_id]
+            statement = f"{{ struct timespec t = {{0, 200000000 + {index}}}; nanosleep(&t, 0); }}"
+            source = "#include <time.h>\n" + _inject(k.source, k.name, statement)
+            lowering.kernels[node_id] = tuning.renamed(k, f"slow{index}", source)
+
+        return tuning.KernelOption(f"slow{index}", apply)
+
+    return [variant(i) for i in range(8)]
+
+
+def test_time_budget_is_honoured(rng, search_cache, monkeypatch) -> None:
+    monkeypatch.setattr(tuning, "OPTION_PROVIDERS", [slow_options])
+    cx, y, expected = build(rng)
+    budget = 6.0
+    start = time.perf_counter()
+    compiler = lm.CPUCompiler(mode=lm.TimeBudget(budget), cache=search_cache)
+    cx.compile(compiler)
+    elapsed = time.perf_counter() - start
+    assert elapsed < budget * 1.1
+    assert compiler.search_record.stopped_by == "time budget"
+    cx.execute()
+    np.testing.assert_allclose(y.numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_cache_is_reused_and_survives_a_corrupted_entry(rng, search_cache) -> None:
+    cx, _, _ = build(rng)
+    first = lm.CPUCompiler(mode="optimal", cache=search_cache)
+    cx.compile(first)
+    (entry,) = search_cache.glob("*.json")
+
+    cx2, y2, expected = build(np.random.default_rng(0))
+    second = lm.CPUCompiler(mode="optimal", cache=search_cache)
+    cx2.compile(second)
+    assert second.cache_hit
+    assert second.search_record.key == first.search_record.key
+    cx2.execute()
+    np.testing.assert_allclose(y2.numpy(), expected, rtol=1e-4, atol=1e-4)
+
+    entry.write_text('{"format": 1, "key": "truncated')  # a write cut short
+    cx3, y3, expected3 = build(np.random.default_rng(0))
+    third = lm.CPUCompiler(mode="optimal", cache=search_cache)
+    cx3.compile(third)
+    assert not third.cache_hit  # ignored and searched again
+    assert json.loads(entry.read_text())["key"] == third.search_record.key
+    cx3.execute()
+    np.testing.assert_allclose(y3.numpy(), expected3, rtol=1e-4, atol=1e-4)
+
+
+def test_search_report_prints_what_was_tried(rng, search_cache, capsys) -> None:
+    cx, _, _ = build(rng)
+    compiler = lm.CPUCompiler(mode="optimal", cache=search_cache)
+    cx.compile(compiler)
+    (search_cache / "broken.json").write_text("not json")
+    assert luminal_main(["search-report", "--cache-dir", str(search_cache)]) == 0
+    text = capsys.readouterr().out
+    assert compiler.search_record.key in text
+    assert "static" in text and "tried:" in text
+    assert "unreadable entry" in text
+
+
+def test_bad_modes_are_rejected() -> None:
+    with pytest.raises(lm.CompileError, match="unknown mode"):
+        lm.CPUCompiler(mode="fastest")
+    with pytest.raises(lm.CompileError, match="TimeBudget"):
+        lm.TimeBudget(0)
