@@ -110,6 +110,8 @@ class BeamSearch:
         reserve: float = 0.0,
         timeout: float = 10.0,
         progress: Callable[[int, float | None, float], None] | None = None,
+        process: MeasuringProcess | None = None,
+        trials: list[Trial] | None = None,
     ) -> None:
         self.space = space
         self.expected = expected
@@ -122,8 +124,9 @@ class BeamSearch:
         self.reserve = reserve
         self.timeout = timeout
         self.progress = progress
-        self.trials: list[Trial] = []
-        self.process = MeasuringProcess()
+        self.trials: list[Trial] = [] if trials is None else trials  # shared across stages
+        self.owns_process = process is None
+        self.process = process or MeasuringProcess()
         self.compile_seconds_per_candidate = 0.0
 
     # ------------------------------------------------------------------ measuring
@@ -136,7 +139,9 @@ class BeamSearch:
 
     def measure(self, prepared: Prepared, best: float | None) -> Trial:
         if prepared.error is not None:
-            trial = Trial(prepared.config, "compile error", None, prepared.error[:500])
+            inapplicable = prepared.error.startswith("inapplicable")
+            status = "inapplicable" if inapplicable else "compile error"
+            trial = Trial(prepared.config, status, None, prepared.error[:500])
         else:
             reply = self.process.request(
                 {
@@ -192,7 +197,8 @@ class BeamSearch:
         try:
             return self._run()
         finally:
-            self.process.close()
+            if self.owns_process:
+                self.process.close()
 
     def _run(self) -> SearchResult:
         (baseline,) = self._evaluate([{}], None)

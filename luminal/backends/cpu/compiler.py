@@ -32,11 +32,13 @@ from luminal.graph import Graph
 from luminal.search.budget import Deadline, TimeBudget
 from luminal.search.cache import SearchCache, SearchRecord, cpu_model, luminal_version, search_key
 from luminal.search.fingerprint import graph_fingerprint
+from luminal.search.programs import ProgramAlternatives
 from luminal.search.strategy import BeamSearch
 
 __all__ = ["CPUCompiler", "assemble", "lower", "lower_kernels"]
 
 MODES = ("fast", "optimal")
+RULESETS = ("algebra", "structure", "cpu")
 
 
 class CPUCompiler:
@@ -88,11 +90,11 @@ class CPUCompiler:
         reference = copy.deepcopy(graph) if (self.verify or self.searching) else None
         graph.compiled = None
         graph.compile(GenericCompiler())
-        graph.compile(EGraphCompiler(rulesets=("algebra", "structure", "cpu")))
-        graph.compile(GenericCompiler())
         if self.searching:
             compiled = self._search(graph, reference, fingerprint, deadline)
         else:
+            graph.compile(EGraphCompiler(rulesets=RULESETS))
+            graph.compile(GenericCompiler())
             compiled = lower(graph)
         compiled.build()
         graph.compiled = compiled
@@ -104,24 +106,38 @@ class CPUCompiler:
     def _search(
         self, graph: Graph, reference: Graph, fingerprint: str, deadline: Deadline
     ) -> CompiledGraph:
-        from luminal.backends.cpu.tuning import SPACE_VERSION, CpuSearchSpace
+        """Two stages on one clock: the e-graph's alternative programs (static kernels),
+        then the kernel sites of the chosen program. A cached record skips both."""
+        from luminal.backends.cpu.tuning import SPACE_VERSION, CpuSearchSpace, ProgramSpace
 
         saved_inputs = dict(graph.input_data)
         dims = check_inputs(graph, reference)
         try:
             threads = toolchain.get_num_threads().openmp
-            space = CpuSearchSpace(graph, dims, threads)
+            alternatives = ProgramAlternatives(graph, RULESETS, seed=self.seed)
             key = search_key(fingerprint, dims, f"cpu/threads={threads}", SPACE_VERSION)
             store = SearchCache(self._cache_directory())
             record = store.load(key) if self.cache else None
-            if record is not None and record.sites == space.site_options():
+            stages = _Stages(self, reference, deadline)
+            if record is not None and alternatives.valid(_only(record.chosen, "region")):
+                program = _only(record.chosen, "region")
+            else:
+                record = None
+                program = (
+                    stages.run(ProgramSpace(alternatives, threads)) if alternatives.sites else {}
+                )
+            alternatives.apply(graph, program)
+            space = CpuSearchSpace(graph, dims, threads)
+            sites = {**alternatives.site_options(), **space.site_options()}
+            if record is not None and record.sites == sites:
                 self.cache_hit = True
             else:
-                record = self._run_search(space, reference, key, deadline)
+                kernels = stages.run(space)
+                record = stages.record(key, {**program, **kernels}, sites, len(space.sites))
                 if self.cache:
                     store.store(record)
             self.search_record = record
-            return space.compiled(record.chosen)
+            return space.compiled(_only(record.chosen, "", exclude="region"))
         finally:
             graph.input_data.clear()
             graph.input_data.update(saved_inputs)
@@ -131,51 +147,80 @@ class CPUCompiler:
             return Path(self.cache)
         return toolchain.cache_root() / "search"
 
-    def _run_search(
-        self, space: Any, reference: Graph, key: str, deadline: Deadline
-    ) -> SearchRecord:
-        expected = reference_outputs(reference, self.rtol, self.atol)
-        bar = _progress_bar(self.progress, space)
-        # keep time for the final build and check: about what the static build took
-        reserve = 0.1 * deadline.seconds if deadline.bounded else 0.0
+
+def _only(config: dict[str, str], prefix: str, exclude: str | None = None) -> dict[str, str]:
+    return {
+        k: v
+        for k, v in config.items()
+        if k.startswith(prefix) and not (exclude and k.startswith(exclude))
+    }
+
+
+class _Stages:
+    """Search stages sharing one clock, one measuring process, one progress bar and one
+    list of trials."""
+
+    def __init__(self, compiler: CPUCompiler, reference: Graph, deadline: Deadline) -> None:
+        self.compiler = compiler
+        self.reference = reference
+        self.deadline = deadline
+        self.expected = reference_outputs(reference, compiler.rtol, compiler.atol)
+        self.trials: list = []
+        self.results: list = []
+
+    def run(self, space: Any) -> dict[str, str]:
+        compiler = self.compiler
+        bar = _progress_bar(compiler.progress, space)
+        # time for the final build and check after the search: a tenth of the budget
+        reserve = 0.1 * self.deadline.seconds if self.deadline.bounded else 0.0
 
         def report(tried: int, best: float | None, left: float) -> None:
             if bar is not None:
-                bar.update(tried - bar.n)
+                bar.update(max(0, tried - bar.n))
                 best_text = "-" if best is None else f"{best * 1e3:.3f} ms"
                 left_text = "unbounded" if not math.isfinite(left) else f"{max(left, 0):.0f} s"
                 bar.set_postfix_str(f"best {best_text}, left {left_text}")
 
         search = BeamSearch(
             space,
-            expected,
-            output_views(reference, expected),
-            deadline,
-            beam=self.beam,
-            seed=self.seed,
+            self.expected,
+            output_views(self.reference, self.expected),
+            self.deadline,
+            beam=compiler.beam,
+            seed=compiler.seed,
             reserve=reserve,
-            timeout=self.candidate_timeout,
+            timeout=compiler.candidate_timeout,
             progress=report,
+            trials=self.trials,
         )
         try:
             result = search.run()
         finally:
             if bar is not None:
                 bar.close()
+        self.results.append(result)
+        return result.best
+
+    def record(self, key: str, chosen: dict, sites: dict, kernel_sites: int) -> SearchRecord:
+        compiler = self.compiler
+        last = self.results[-1]
+        # the static program with static kernels is the empty configuration in every stage
+        static = [t.seconds for t in self.trials if not t.config and t.status == "ok"]
+        baseline = min(static) if static else last.baseline_seconds
         return SearchRecord(
             key=key,
-            label=_label(reference, len(space.sites)),
+            label=_label(self.reference, kernel_sites),
             backend="cpu",
-            mode=repr(self.mode),
+            mode=repr(compiler.mode),
             cpu=cpu_model(),
             version=luminal_version(),
-            chosen=result.best,
-            best_seconds=result.best_seconds,
-            baseline_seconds=result.baseline_seconds,
-            search_seconds=result.seconds,
-            sites=space.site_options(),
-            trials=result.trials,
-            stopped_by=result.stopped_by,
+            chosen=chosen,
+            best_seconds=min(last.best_seconds, baseline) if not chosen else last.best_seconds,
+            baseline_seconds=baseline,
+            search_seconds=self.deadline.elapsed(),
+            sites=sites,
+            trials=self.trials,
+            stopped_by=last.stopped_by,
         )
 
 

@@ -20,10 +20,12 @@ from luminal.backends.cpu.lowering import Lowering, assemble, lower_kernels
 from luminal.backends.cpu.runtime import CompiledGraph
 from luminal.errors import CompileError, LuminalError
 from luminal.graph import Graph
+from luminal.search.programs import ProgramAlternatives
 from luminal.search.strategy import Config, Prepared, Site
 
-SPACE_VERSION = "1"  # bump when options change meaning, so cached choices are re-searched
+SPACE_VERSION = "2"  # bump when options change meaning, so cached choices are re-searched
 STATIC = "static"
+INAPPLICABLE = "inapplicable"
 MIN_SITE_SHARE = 0.01  # sites below this share of the estimated work are not searched
 BYTES_PER_SECOND = 10e9  # rough rates for ordering sites by their share of the run time
 FLOPS_PER_SECOND = 100e9
@@ -88,7 +90,13 @@ def loop_options(lowering: Lowering, node_id: int, dims: dict[str, int]) -> list
     return list(LOOP_VARIANTS)
 
 
-OPTION_PROVIDERS: list[OptionProvider] = [loop_options]
+def _matmul_options(lowering: Lowering, node_id: int, dims: dict[str, int]) -> list[KernelOption]:
+    from luminal.backends.cpu.matmul_options import matmul_options
+
+    return matmul_options(lowering, node_id, dims)
+
+
+OPTION_PROVIDERS: list[OptionProvider] = [_matmul_options, loop_options]
 
 
 def options_for(lowering: Lowering, node_id: int, dims: dict[str, int]) -> list[KernelOption]:
@@ -160,7 +168,10 @@ class CpuSearchSpace:
             node_id = self.node_of[site.key]
             options = {o.name: o for o in options_for(lowering, node_id, self.dims)}
             if choice not in options:
-                raise CompileError(f"search: site {site.key} has no option {choice!r}")
+                # an earlier site's option absorbed this kernel (a fused epilogue)
+                raise CompileError(
+                    f"{INAPPLICABLE}: site {site.key} has no option {choice!r} in this program"
+                )
             options[choice].apply(lowering, node_id)
         return lowering
 
@@ -168,24 +179,48 @@ class CpuSearchSpace:
         return assemble(self.lowering(config))
 
     def prepare(self, configs: Sequence[Config]) -> list[Prepared]:
-        """Lower each configuration, then compile every candidate's kernels in parallel
-        (one gcc per core; kernels already in the on-disk cache cost nothing) and link."""
-        built: list[tuple[Config, CompiledGraph | None, str | None]] = []
-        for config in configs:
-            try:
-                built.append((config, self.compiled(config), None))
-            except LuminalError as error:
-                built.append((config, None, str(error)))
+        return prepare_candidates(configs, lambda config: (self.graph, self.compiled(config)))
 
-        def link(item: tuple[Config, CompiledGraph | None, str | None]) -> Prepared:
-            config, compiled, error = item
-            if compiled is None:
-                return Prepared(config, error=error)
-            try:
-                toolchain.build_shared(compiled.units(), link_blas=True)
-            except LuminalError as failure:
-                return Prepared(config, error=str(failure))
-            return Prepared(config, payload=pickle.dumps((self.graph, compiled)))
 
-        with ThreadPoolExecutor(max_workers=max(1, toolchain._cpu_count())) as pool:
-            return list(pool.map(link, built))
+class ProgramSpace:
+    """The e-graph's alternative programs (one site per distinct region), each lowered
+    with the static kernels."""
+
+    def __init__(self, alternatives: ProgramAlternatives, threads: int) -> None:
+        self.alternatives = alternatives
+        self.sites = alternatives.sites
+        self.setup = [("luminal.backends.cpu.toolchain", "set_num_threads", (threads,))]
+
+    def prepare(self, configs: Sequence[Config]) -> list[Prepared]:
+        def build(config: Config) -> tuple[Graph, CompiledGraph]:
+            graph = self.alternatives.graph_for(config)
+            return graph, assemble(lower_kernels(graph))
+
+        return prepare_candidates(configs, build)
+
+
+Builder = Callable[[Config], tuple[Graph, CompiledGraph]]
+
+
+def prepare_candidates(configs: Sequence[Config], build: Builder) -> list[Prepared]:
+    """Lower each configuration, then compile every candidate's kernels in parallel
+    (one gcc per core; kernels already in the on-disk cache cost nothing) and link."""
+    built: list[tuple[Config, tuple[Graph, CompiledGraph] | None, str | None]] = []
+    for config in configs:
+        try:
+            built.append((config, build(config), None))
+        except LuminalError as error:
+            built.append((config, None, str(error)))
+
+    def link(item: tuple[Config, tuple[Graph, CompiledGraph] | None, str | None]) -> Prepared:
+        config, candidate, error = item
+        if candidate is None:
+            return Prepared(config, error=error)
+        try:
+            toolchain.build_shared(candidate[1].units(), link_blas=True)
+        except LuminalError as failure:
+            return Prepared(config, error=str(failure))
+        return Prepared(config, payload=pickle.dumps(candidate))
+
+    with ThreadPoolExecutor(max_workers=max(1, toolchain._cpu_count())) as pool:
+        return list(pool.map(link, built))

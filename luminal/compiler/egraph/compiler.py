@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from egglog import EGraph, Ruleset, union, unstable_combine_rulesets
@@ -54,7 +54,9 @@ class CompileReport:
 
 
 class EGraphCompiler:
-    """`cx.compile(EGraphCompiler())`: rewrite the graph through egglog."""
+    """`cx.compile(EGraphCompiler())`: rewrite the graph through egglog. `choose`, when
+    given, picks the program written back for each distinct region (measured search
+    passes one that returns alternatives from `enumerate_programs`)."""
 
     def __init__(
         self,
@@ -62,6 +64,7 @@ class EGraphCompiler:
         node_limit: int = 20_000,
         time_limit: float = 2.0,
         iteration_limit: int = 24,
+        choose: Callable[[EGraphCompiler, int, Program], Program] | None = None,
     ) -> None:
         unknown = [name for name in rulesets if name not in RULESETS]
         if unknown:
@@ -72,6 +75,7 @@ class EGraphCompiler:
         self.node_limit = node_limit
         self.time_limit = time_limit
         self.iteration_limit = iteration_limit
+        self.choose = choose  # (compiler, region number, program) -> the program written back
         self.report = CompileReport()
 
     @property
@@ -156,7 +160,10 @@ class EGraphCompiler:
             program, boundary_ids = program_from_region(graph, region.nodes, region.outputs)
             key = program.key()
             if key not in done:
-                done[key] = self.optimize(program)
+                if self.choose is None:
+                    done[key] = self.optimize(program)
+                else:
+                    done[key] = self.choose(self, len(done), program)
             new_outputs = write_program(graph, done[key], boundary_ids)
             readers = graph.readers()
             for old, new in zip(region.outputs, new_outputs, strict=True):

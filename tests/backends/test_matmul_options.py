@@ -1,0 +1,81 @@
+"""Generated matmul options of the search space: every layout the matcher accepts
+computes what numpy computes, with and without the fused epilogue."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import luminal as lm
+from luminal.backends.cpu.compiler import RULESETS
+from luminal.backends.cpu.matmul_options import SEARCHED_SCHEDULES, match_epilogue, matmul_problem
+from luminal.backends.cpu.tuning import CpuSearchSpace
+from luminal.compiler.egraph import EGraphCompiler
+
+
+def _space(cx: lm.Graph) -> CpuSearchSpace:
+    cx.compile(lm.GenericCompiler())
+    cx.compile(EGraphCompiler(rulesets=RULESETS))
+    cx.compile(lm.GenericCompiler())
+    return CpuSearchSpace(cx, {}, 1)
+
+
+def _run(cx: lm.Graph, space: CpuSearchSpace, config: dict[str, str]) -> None:
+    compiled = space.compiled(config)
+    compiled.build()
+    cx.compiled = compiled
+    cx.execute()
+
+
+def _cases(rng: np.random.Generator):  # noqa: ANN202
+    f = lambda *s: rng.uniform(-1, 1, s).astype(np.float32)  # noqa: E731
+    a, w, bias, res = f(37, 53), f(29, 53), f(29), f(37, 29)
+    yield (
+        "linear+bias+relu",
+        lambda cx, t: (t(a) @ t(w).transpose(0, 1) + t(bias)).relu(),
+        (np.maximum(a @ w.T + bias, 0)),
+    )
+    b = f(53, 29)
+    yield "plain", lambda cx, t: t(a) @ t(b), a @ b
+    yield "residual", lambda cx, t: t(a) @ t(b) + t(res), a @ b + res
+    at = f(53, 37)
+    yield (
+        "transposed a",
+        lambda cx, t: (t(at).transpose(0, 1) @ t(b)).relu(),
+        np.maximum(at.T @ b, 0),
+    )
+    x3 = f(3, 11, 53)
+    yield "merged rows", lambda cx, t: t(x3) @ t(b) + t(bias), x3 @ b + bias
+
+
+@pytest.mark.parametrize("case", range(5))
+def test_generated_matmul_options_match_numpy(case: int) -> None:
+    name, build, expected = list(_cases(np.random.default_rng(case)))[case]
+    cx = lm.Graph()
+    y = build(cx, lambda v: cx.tensor(v.shape).set(v)).retrieve()
+    space = _space(cx)
+    options = [(s.key, o) for s in space.sites for o in s.options if o.startswith("gen")]
+    assert options, f"{name}: no generated matmul option offered"
+    fused = [item for item in options if item[1].startswith("gen+epilogue")]
+    if name != "plain":
+        assert fused, f"{name}: the epilogue should be fusable"
+    chosen = [*options[:2], *fused[:2], *options[-1:]]
+    for key, option in chosen:
+        _run(cx, space, {key: option})
+        np.testing.assert_allclose(y.numpy(), expected, rtol=1e-4, atol=1e-4, err_msg=option)
+
+
+def test_batched_and_symbolic_products_are_not_offered() -> None:
+    cx = lm.Graph()
+    a = cx.tensor((4, 8, 16)).set(np.ones((4, 8, 16), np.float32))
+    b = cx.tensor((4, 16, 8)).set(np.ones((4, 16, 8), np.float32))
+    (a @ b).retrieve()
+    space = _space(cx)
+    assert not [o for s in space.sites for o in s.options if o.startswith("gen")]
+    contract = next(n for n in cx.nodes.values() if type(n.op).__name__ == "Contract")
+    assert matmul_problem(contract) is None
+
+
+def test_every_searched_schedule_is_valid() -> None:
+    assert len({s.key() for s in SEARCHED_SCHEDULES}) == len(SEARCHED_SCHEDULES)
+    assert match_epilogue  # imported for the public surface of the module
