@@ -34,3 +34,13 @@ __all__ += [
 from luminal.training.loop import ArrayLoader, History, TrainStep, fit, plot_history  # noqa: E402
 
 __all__ += ["ArrayLoader", "History", "TrainStep", "fit", "plot_history"]
+
+# gradient checkpointing (luminal/training/checkpoint.py)
+from luminal.training.checkpoint import checkpoint, checkpoint_sequential  # noqa: E402
+
+__all__ += ["checkpoint", "checkpoint_sequential"]
+
+# mixed precision (luminal/training/mixed_precision.py)
+from luminal.training.mixed_precision import GradScaler, autocast  # noqa: E402
+
+__all__ += ["GradScaler", "autocast"]

@@ -37,20 +37,24 @@ class VJPContext:
     node: Node
     grad: GraphTensor
     wanted: tuple[bool, ...]
+    # node id -> the node to read instead (a checkpointed segment's recomputed copy)
+    read: Callable[[int], int] | None = None
 
     def input(self, index: int) -> GraphTensor:
         from luminal.tensor import GraphTensor
 
         edge = self.node.inputs[index]
         dtype = self.graph.nodes[edge.source].dtype
-        return GraphTensor(self.graph, edge.source, edge.view, dtype)
+        source = self.read(edge.source) if self.read else edge.source
+        return GraphTensor(self.graph, source, edge.view, dtype)
 
     @property
     def output(self) -> GraphTensor:
         from luminal.tensor import GraphTensor
 
         node = self.node
-        return GraphTensor(self.graph, node.id, ShapeTracker.contiguous(node.shape), node.dtype)
+        source = self.read(node.id) if self.read else node.id
+        return GraphTensor(self.graph, source, ShapeTracker.contiguous(node.shape), node.dtype)
 
     def wants(self, index: int) -> bool:
         return self.wanted[index]
@@ -247,7 +251,11 @@ def _is_bijective(view: ShapeTracker) -> bool:
 
 
 def gradients(graph: Graph, params: Sequence[GraphTensor], loss: GraphTensor) -> list[GraphTensor]:
-    """Add the reverse pass to `graph`; one gradient per parameter, in order."""
+    """Add the reverse pass to `graph`; one gradient per parameter, in order. Rules of
+    checkpointed nodes read their segment's recomputed copy (training/checkpoint.py)."""
+    from luminal.training.checkpoint import Recomputation
+
+    recomputation = Recomputation(graph)
     order = graph.topological_order([loss.node_id])
     param_nodes = {p.node_id for p in params}
     active = _active_nodes(graph, order, param_nodes)
@@ -267,7 +275,8 @@ def gradients(graph: Graph, params: Sequence[GraphTensor], loss: GraphTensor) ->
         wanted = tuple(edge.source in active for edge in node.inputs)
         if not any(wanted):
             continue
-        edge_grads = rule_for(node.op)(VJPContext(graph, node, grad, wanted))
+        context = VJPContext(graph, node, grad, wanted, recomputation.reader(node_id))
+        edge_grads = rule_for(node.op)(context)
         for edge, edge_grad, want in zip(node.inputs, edge_grads, wanted, strict=True):
             if want and edge_grad is not None:
                 pending.setdefault(edge.source, []).append(view_adjoint(edge_grad, edge.view))

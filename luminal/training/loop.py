@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from luminal import ops
-from luminal.dtype import float32, int32
+from luminal.dtype import float16, float32, int32
 from luminal.errors import GraphError, LuminalError, ShapeError
 from luminal.training.autograd import Autograd
+from luminal.training.mixed_precision import GradScaler, autocast, compute_dtype
 from luminal.training.optim import Optimizer, clip_grad_norm, output_array
 
 if TYPE_CHECKING:
@@ -48,6 +49,9 @@ class TrainStep:
     `max_grad_norm` clips the (accumulated) gradient norm first. `outputs` are extra
     tensors to read after each call (`step.outputs["logits"].numpy()`). `compiler=None`
     runs on the reference runtime; by default the graph is compiled with `lm.CPUCompiler()`.
+    `mixed_precision="fp16" | "bf16"` (build the loss under `autocast`, or use `build`)
+    scales the loss with `scaler` (a `GradScaler`; by default one for fp16, none for
+    bf16): a step whose gradients overflow is skipped and the scale backs off.
     """
 
     def __init__(
@@ -61,6 +65,8 @@ class TrainStep:
         max_grad_norm: float | None = None,
         outputs: Mapping[str, GraphTensor] | None = None,
         compiler: Any = _DEFAULT,
+        mixed_precision: str | None = None,
+        scaler: GradScaler | None | object = _DEFAULT,
     ) -> None:
         self.graph: Graph = loss.graph
         self.inputs = list(inputs)
@@ -75,13 +81,19 @@ class TrainStep:
         for tensor in self.outputs.values():
             tensor.retrieve()
         graph = self.graph
-        grads = graph.compile(Autograd(optimizer.params, loss))
+        self.scaler = _scaler_for(mixed_precision, scaler, optimizer)
+        scaled = self.scaler.scale(loss) if self.scaler is not None else loss
+        grads = graph.compile(Autograd(optimizer.params, scaled))
+        if self.scaler is not None:
+            grads = self.scaler.unscale(grads)
         self._buffers: list[tuple[GraphTensor, GraphTensor]] = []
         self._last_flag: GraphTensor | None = None
         if self.accumulate > 1:
             grads = self._accumulated(grads)
         if max_grad_norm is not None:
             grads = clip_grad_norm(grads, max_grad_norm)
+        if self.scaler is not None:
+            self.scaler.check(grads)  # after accumulation: an inf in any micro-batch stays
         optimizer.step_graph(grads)
         if compiler is _DEFAULT:
             from luminal.backends.cpu.compiler import CPUCompiler
@@ -90,7 +102,8 @@ class TrainStep:
         if compiler is not None:
             graph.compile(compiler)
         self.micro_step = 0  # calls so far
-        self.optimizer_steps = 0
+        self.optimizer_steps = 0  # optimizer steps taken or skipped (on an overflow)
+        self.skipped_steps = 0
 
     @classmethod
     def build(
@@ -106,12 +119,19 @@ class TrainStep:
         """The usual case in one call: inputs `x` (input_shape, float32) and `y`, the loss
         `loss_fn(model(x), y)`, and `optimizer(model.parameters())`, e.g.
         `functools.partial(lm.training.Adam, lr=1e-3)`. The model's output is available as
-        `step.outputs["prediction"]`; other keyword arguments go to `TrainStep`."""
+        `step.outputs["prediction"]`; other keyword arguments go to `TrainStep`. With
+        `mixed_precision`, the forward runs under `autocast` on `x` cast to that dtype."""
         graph = model.graph
         x = graph.tensor(tuple(input_shape), name="x")
         y = graph.tensor(tuple(target_shape), dtype=target_dtype, name="y")
-        prediction = model(x)
-        loss = loss_fn(prediction, y)
+        precision = kwargs.get("mixed_precision")
+        if precision is None:
+            prediction = model(x)
+            loss = loss_fn(prediction, y)
+        else:  # the forward in fp16/bf16, the loss in float32 (as torch.autocast)
+            with autocast(model, precision) as dtype:
+                prediction = model(x.cast(dtype))
+            loss = loss_fn(prediction.cast(float32), y)
         outputs = {"prediction": prediction, **kwargs.pop("outputs", {})}
         return cls(loss, (x, y), optimizer(model.parameters()), outputs=outputs, **kwargs)
 
@@ -183,8 +203,18 @@ class TrainStep:
             for buffer, new in self._buffers:
                 self.graph.input_data[buffer.node_id] = output_array(self.graph, new)
         if last:
-            self.optimizer.apply()
-            if self.schedule is not None:
+            skip = self.scaler is not None and self.scaler.overflowed()
+            if self.scaler is not None:
+                self.scaler.update(skip)
+            if skip:  # params and state stay as they are; the buffers restart at zero
+                self.skipped_steps += 1
+                for buffer, _ in self._buffers:
+                    self.graph.input_data[buffer.node_id] = np.zeros_like(
+                        self.graph.input_data[buffer.node_id]
+                    )
+            else:
+                self.optimizer.apply()
+            if self.schedule is not None:  # stepped either way, as in torch's amp recipe
                 self.schedule.step()
             self.optimizer_steps += 1
         self.micro_step += 1
@@ -194,6 +224,25 @@ class TrainStep:
     def pending(self) -> int:
         """Micro-batches accumulated since the last optimizer step."""
         return self.micro_step % self.accumulate
+
+
+def _scaler_for(
+    mixed_precision: str | None, scaler: GradScaler | None | object, optimizer: Optimizer
+) -> GradScaler | None:
+    """The loss scaler a TrainStep uses: the one given, else a default GradScaler for
+    fp16 (bf16 has float32's range and needs none). Master weights must be float32."""
+    if mixed_precision is None:
+        return None if scaler is _DEFAULT else scaler  # type: ignore[return-value]
+    dtype = compute_dtype(mixed_precision)
+    for index, param in enumerate(optimizer.params):
+        if param.dtype != float32:
+            raise LuminalError(
+                f"TrainStep: mixed_precision={mixed_precision!r} keeps float32 master weights, "
+                f"but parameter {index} of shape {param._shape_text()} is {param.dtype.value}"
+            )
+    if scaler is _DEFAULT:
+        return GradScaler() if dtype == float16 else None
+    return scaler  # type: ignore[return-value]
 
 
 # ------------------------------------------------------------------------------ data
