@@ -26,7 +26,8 @@ from luminal.search.strategy import Config, Prepared, Site
 SPACE_VERSION = "2"  # bump when options change meaning, so cached choices are re-searched
 STATIC = "static"
 INAPPLICABLE = "inapplicable"
-MIN_SITE_SHARE = 0.01  # sites below this share of the estimated work are not searched
+MIN_SITE_SHARE = 0.02  # sites below this share of the estimated work are not searched
+MAX_SITES = 8
 BYTES_PER_SECOND = 10e9  # rough rates for ordering sites by their share of the run time
 FLOPS_PER_SECOND = 100e9
 
@@ -155,6 +156,12 @@ class CpuSearchSpace:
             key = f"{position}:{_label(kernel)}"
             self.node_of[key] = node_id
             self.sites.append(Site(key, [STATIC, *(o.name for o in options)], weights[node_id]))
+        # the heaviest sites only: a graph with dozens of small loops would otherwise spend
+        # its search on kernels that cannot matter
+        if len(self.sites) > MAX_SITES:
+            kept = sorted(self.sites, key=lambda s: -s.weight)[:MAX_SITES]
+            self.sites = [s for s in self.sites if s in kept]
+            self.node_of = {s.key: self.node_of[s.key] for s in self.sites}
 
     def site_options(self) -> dict[str, list[str]]:
         return {site.key: list(site.options) for site in self.sites}
