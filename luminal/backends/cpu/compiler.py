@@ -114,21 +114,26 @@ class CPUCompiler:
         dims = check_inputs(graph, reference)
         try:
             threads = toolchain.get_num_threads().openmp
-            alternatives = ProgramAlternatives(graph, RULESETS, seed=self.seed)
             key = search_key(fingerprint, dims, f"cpu/threads={threads}", SPACE_VERSION)
             store = SearchCache(self._cache_directory())
             record = store.load(key) if self.cache else None
             stages = _Stages(self, reference, deadline)
-            if record is not None and alternatives.valid(_only(record.chosen, "region")):
-                program = _only(record.chosen, "region")
+            program = _only(record.chosen, "region") if record is not None else {}
+            if record is not None and not program:
+                # a cached static program: no alternatives to enumerate
+                graph.compile(EGraphCompiler(rulesets=RULESETS))
+                graph.compile(GenericCompiler())
+                program_sites = _only(record.sites, "region")
             else:
-                record = None
-                program = (
-                    stages.run(ProgramSpace(alternatives, threads)) if alternatives.sites else {}
-                )
-            alternatives.apply(graph, program)
+                alternatives = ProgramAlternatives(graph, RULESETS, seed=self.seed)
+                if record is None or not alternatives.valid(program):
+                    record, program = None, {}
+                    if alternatives.sites:
+                        program = stages.run(ProgramSpace(alternatives, threads))
+                alternatives.apply(graph, program)
+                program_sites = alternatives.site_options()
             space = CpuSearchSpace(graph, dims, threads)
-            sites = {**alternatives.site_options(), **space.site_options()}
+            sites = {**program_sites, **space.site_options()}
             if record is not None and record.sites == sites:
                 self.cache_hit = True
             else:
@@ -164,9 +169,17 @@ class _Stages:
         self.compiler = compiler
         self.reference = reference
         self.deadline = deadline
-        self.expected = reference_outputs(reference, compiler.rtol, compiler.atol)
+        self._expected: dict | None = None
         self.trials: list = []
         self.results: list = []
+
+    @property
+    def expected(self) -> dict:
+        """The reference outputs, computed on first use (a cache hit needs none)."""
+        if self._expected is None:
+            compiler = self.compiler
+            self._expected = reference_outputs(self.reference, compiler.rtol, compiler.atol)
+        return self._expected
 
     def run(self, space: Any) -> dict[str, str]:
         compiler = self.compiler
