@@ -28,6 +28,7 @@ import torch.nn as tnn
 
 import luminal as lm
 from luminal.backends.cpu import toolchain
+from luminal.search.cache import cpu_model
 from luminal.training import SGD, TrainStep, losses
 
 BATCH = 64
@@ -155,18 +156,6 @@ def bench_model(
     return rows
 
 
-def cpu_name() -> str:
-    """The CPU model from /proc/cpuinfo (Linux), else what platform knows."""
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=os.cpu_count())
@@ -177,7 +166,7 @@ def main() -> None:
     toolchain.set_num_threads(args.threads)
     threads = toolchain.get_num_threads()
     print(
-        f"machine: {cpu_name()} ({platform.machine()}), {os.cpu_count()} cores; threads: "
+        f"machine: {cpu_model()} ({platform.machine()}), {os.cpu_count()} cores; threads: "
         f"torch {torch.get_num_threads()}, luminal OpenMP {threads.openmp} / BLAS "
         f"{threads.blas}; torch {torch.__version__}, numpy {np.__version__}, "
         f"python {platform.python_version()}"
