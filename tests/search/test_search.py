@@ -166,3 +166,23 @@ def test_bad_modes_are_rejected() -> None:
         lm.CPUCompiler(mode="fastest")
     with pytest.raises(lm.CompileError, match="TimeBudget"):
         lm.TimeBudget(0)
+
+
+def test_symbolic_dims_share_a_bucket(search_cache) -> None:
+    def build(rows: int) -> tuple[lm.Graph, lm.GraphTensor, np.ndarray, np.ndarray]:
+        rng = np.random.default_rng(rows)
+        xv = rng.uniform(-1, 1, (rows, 96)).astype(np.float32)
+        wv = rng.uniform(-1, 1, (96, 48)).astype(np.float32)
+        cx = lm.Graph()
+        x = cx.tensor(("batch", 96)).set(xv)
+        y = (x @ cx.tensor((96, 48)).set(wv)).exp().retrieve()
+        return cx, y, xv, wv
+
+    cx, _, _, _ = build(40)
+    cx.compile(lm.CPUCompiler(mode="optimal", cache=search_cache))
+    cx2, y2, xv, wv = build(50)  # 40 and 50 rows share the bucket of 64
+    second = lm.CPUCompiler(mode="optimal", cache=search_cache)
+    cx2.compile(second)
+    assert second.cache_hit
+    cx2.execute()
+    np.testing.assert_allclose(y2.numpy(), np.exp(xv @ wv), rtol=1e-4, atol=1e-4)
