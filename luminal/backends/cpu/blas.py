@@ -1,22 +1,38 @@
-"""Contractions as BLAS sgemm calls, batched over leading axes, without copies.
+"""Contractions as BLAS sgemm calls, batched over the axes both operands vary along.
 
 Each axis of the contraction's logical shape is classified by which operand varies
-along it: M (only a), N (only b), batch (both), K (the summed axis). When there is at
-most one M and one N axis, the operands are unpadded float32 buffers with a unit stride
-along one of their two matrix axes, and the output's batch axes come first, the
-product is one sgemm (MKL or OpenBLAS, see `toolchain.blas_flags`) per batch index;
-otherwise `None` (a generated loop).
+along it: M (only a), N (only b), batch (both) or K (summed: the contraction axis, plus
+the batch axis a `ContractSum` folds in). Each class of axes acts as one matrix
+dimension when its axes are row-major in memory. An operand whose M/N and K axes form
+a matrix BLAS can read in place (unpadded float32 buffer, unit stride along one of the
+two, a leading dimension provably at least the row length) is passed as is; any other
+operand (a strided read such as relu's gradient, overlapping pooling windows, several
+M axes that do not merge, an inlined producer) is first packed into a row-major scratch
+matrix inside the same kernel, one loop per logical axis (no divisions in the index
+arithmetic). The output must take the M and N axes as two row-major groups; otherwise
+the contraction is left to a generated loop (`None`). The sgemm is MKL's or OpenBLAS's
+(see `toolchain.blas_flags`), one call per batch index.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
+from luminal import ops
 from luminal.backends.cpu import toolchain
-from luminal.backends.cpu.codegen import KernelSource, _finish_source, c_expr, flat_index
+from luminal.backends.cpu.codegen import (
+    C_STORAGE,
+    PARALLEL_THRESHOLD,
+    KernelSource,
+    KernelWriter,
+    _finish_source,
+    c_expr,
+    flat_index,
+)
 from luminal.dtype import DType
-from luminal.graph import Graph, Node
-from luminal.shape.expr import ONE, ZERO, Expr, var
+from luminal.graph import Edge, Graph, Node
+from luminal.shape.expr import ONE, ZERO, Expr
 from luminal.shape.tracker import contiguous_strides
 
 
@@ -32,210 +48,293 @@ def _prototype() -> str:
 
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
+FLIP = {NO_TRANS: TRANS, TRANS: NO_TRANS}
 
 
 def _at_least(a: Expr, b: Expr) -> bool:
     return (a - b).bounds()[0] >= 0
 
 
-def _matrix(
-    rows: Expr | None, cols: Expr | None, s_rows: Expr, s_cols: Expr
-) -> tuple[int, Expr] | None:
+def _matrix(rows: Expr, cols: Expr, s_rows: Expr, s_cols: Expr) -> tuple[int, Expr] | None:
     """(transpose flag, leading dimension) for a row-major BLAS operand, or None. The
     leading dimension must be provably at least the row length: overlapping windows
-    (pooling views) have a smaller one and go to the loop kernel instead."""
-    r, c = rows or ONE, cols or ONE
-    if c == 1 or s_cols == 1:
-        ld = s_rows if r != 1 else c
-        return (NO_TRANS, ld) if _at_least(ld, c) else None
-    if r == 1 or s_rows == 1:
-        ld = s_cols if c != 1 else r
-        return (TRANS, ld) if _at_least(ld, r) else None
+    (pooling views) have a smaller one and are packed instead."""
+    if cols == 1 or s_cols == 1:
+        ld = s_rows if rows != 1 else cols
+        return (NO_TRANS, ld) if _at_least(ld, cols) and _at_least(ld, ONE) else None
+    if rows == 1 or s_rows == 1:
+        ld = s_cols if cols != 1 else rows
+        return (TRANS, ld) if _at_least(ld, rows) and _at_least(ld, ONE) else None
     return None
 
 
-def _merge_axes(
-    axes: list[int], shape: Sequence[Expr], strides: tuple
-) -> tuple[Expr | None, int | None] | None:
-    """(merged size, innermost axis) of axes that are consecutive and row-major in every
-    stride table given; (None, None) for no axes; None when they cannot merge."""
+def _group(
+    axes: Sequence[int], shape: Sequence[Expr], strides: Sequence[Expr] | dict
+) -> tuple[Expr, Expr] | None:
+    """(size, stride of the innermost axis) of axes that read as one row-major dimension
+    through `strides` (every stride nonzero, each the next one's times its size);
+    (1, 0) for no axes; None when they do not merge."""
     if not axes:
-        return None, None
-    if axes != list(range(axes[0], axes[-1] + 1)):
-        return None
+        return ONE, ZERO
     size = ONE
     for d in axes:
         size = size * shape[d]
-    for table in strides:
-        for outer, inner in zip(axes, axes[1:], strict=False):
-            if table[outer] != table[inner] * shape[inner]:
-                return None
-    return size, axes[-1]
+        if strides[d] == 0:
+            return None
+    for outer, inner in zip(axes, axes[1:], strict=False):
+        if strides[outer] != strides[inner] * shape[inner]:
+            return None
+    return size, strides[axes[-1]]
+
+
+@dataclass
+class Axes:
+    """The contraction's axes by class, each list in logical order."""
+
+    batch: list[int]
+    m: list[int]
+    n: list[int]
+    k: list[int]
+
+
+def classify(shape: Sequence[Expr], summed: Sequence[int], views: Sequence) -> Axes | None:
+    """Split the logical axes (size-1 axes dropped) into batch, M, N and K; None when the
+    output would be broadcast along an axis (neither operand varies along it)."""
+    axes = Axes([], [], [], [])
+    sa, sb = views[0].strides, views[1].strides
+    for d in range(len(shape)):
+        if shape[d] == 1:
+            continue
+        if d in summed:
+            axes.k.append(d)
+            continue
+        a_var, b_var = sa[d] != 0, sb[d] != 0
+        if a_var and b_var:
+            axes.batch.append(d)
+        elif a_var:
+            axes.m.append(d)
+        elif b_var:
+            axes.n.append(d)
+        else:
+            return None
+    return axes
+
+
+@dataclass
+class Operand:
+    """One sgemm operand: the C pointer expression per batch index, and how BLAS reads
+    it (transpose flag, leading dimension)."""
+
+    pointer: str
+    offset: Expr
+    trans: int
+    ld: Expr
 
 
 def blas_contract_kernel(
     graph: Graph, node: Node, materialised: set[int], dims: Sequence[str]
 ) -> KernelSource | None:
-    a_edge, b_edge = node.inputs
     if node.dtype != DType.float32:
         return None
-    sources = [graph.nodes[e.source] for e in (a_edge, b_edge)]
-    if any(s.id not in materialised and type(s.op).__name__ != "Input" for s in sources):
-        return None
-    if a_edge.view.mask is not None or b_edge.view.mask is not None:
-        return None
-    shape = a_edge.view.shape
-    axis = node.op.axis
-    sa, sb = a_edge.view.strides, b_edge.view.strides
-    m_axes, n_axes, batch = [], [], []
-    for d in range(len(shape)):
-        if d == axis:
-            continue
-        a_var = sa[d] != 0 and shape[d] != 1
-        b_var = sb[d] != 0 and shape[d] != 1
-        if shape[d] == 1:
-            continue
-        if a_var and b_var:
-            batch.append(d)
-        elif a_var:
-            m_axes.append(d)
-        elif b_var:
-            n_axes.append(d)
-        else:
-            return None
-    if sa[axis] == 0 or sb[axis] == 0:
-        return None
-    out_axes = [d for d in range(len(shape)) if d != axis]
+    a_edge, b_edge = node.inputs
+    shape = tuple(a_edge.view.shape)
+    summed = node.op.summed
+    axes = classify(shape, summed, (a_edge.view, b_edge.view))
+    if axes is None or not (axes.m or axes.n):
+        return None  # a dot product per output element: a fused loop does better
+    out_axes = [d for d in range(len(shape)) if d not in summed]
     out_strides = dict(zip(out_axes, contiguous_strides(node.shape), strict=True))
-    # several M (or N) axes act as one when they are adjacent and row-major both in the
-    # operand and in the output: (batch, seq, hidden) @ W is one (batch*seq, hidden) product
-    m_group = _merge_axes(m_axes, shape, (sa, out_strides))
-    n_group = _merge_axes(n_axes, shape, (sb, out_strides))
+    m_group = _group(axes.m, shape, out_strides)
+    n_group = _group(axes.n, shape, out_strides)
     if m_group is None or n_group is None:
         return None
-    m, m_inner = m_group
-    n, n_inner = n_group
-    k = shape[axis]
-    a_op = _matrix(m, k, sa[m_inner] if m_inner is not None else ZERO, sa[axis])
-    b_op = _matrix(k, n, sb[axis], sb[n_inner] if n_inner is not None else ZERO)
-    sc_m = out_strides[m_inner] if m_inner is not None else ZERO
-    sc_n = out_strides[n_inner] if n_inner is not None else ONE
-    packing: list[str] = []
-    freeing: list[str] = []
-    pointer = {"a": "b1", "b": "b2"}
-    a_off_override = b_off_override = None
-    # an operand BLAS cannot read in place (a strided read such as relu's gradient, whose
-    # values sit every other float) is packed into a row-major scratch matrix first
-    if a_op is None and len(m_axes) <= 1:
-        fill, size = _pack(graph, node, materialised, a_edge, batch, m_axes, axis, "pa", m, k)
-        packing.append(fill)
-        freeing.append("free(pa);")
-        a_op, pointer["a"] = (NO_TRANS, k), "pa"
-        a_off_override = size
-    if b_op is None and len(n_axes) <= 1:
-        n_axis = n_axes[0] if n_axes else None
-        fill, size = _pack(graph, node, materialised, b_edge, batch, [axis], n_axis, "pb", k, n)
-        packing.append(fill)
-        freeing.append("free(pb);")
-        b_op, pointer["b"] = (NO_TRANS, n or ONE), "pb"
-        b_off_override = size
-    if a_op is None or b_op is None:
-        return None
-    swap = not (n is None or n == 1 or sc_n == 1)
-    if swap and not (m is None or m == 1 or sc_m == 1):
-        return None
-    index = [var(f"i{j}_") for j in range(len(batch))]
-    a_off = a_edge.view.offset + sum((i * sa[d] for i, d in zip(index, batch, strict=True)), ZERO)
-    b_off = b_edge.view.offset + sum((i * sb[d] for i, d in zip(index, batch, strict=True)), ZERO)
-    batch_flat = flat_index(index, [shape[d] for d in batch])
-    if a_off_override is not None:
-        a_off = batch_flat * a_off_override
-    if b_off_override is not None:
-        b_off = batch_flat * b_off_override
-    c_off = sum((i * out_strides[d] for i, d in zip(index, batch, strict=True)), ZERO)
-    mm, nn = c_expr(m or ONE), c_expr(n or ONE)
-    if not swap:
-        ldc = sc_m if (m is not None and m != 1) else (n or ONE)
-        call = (
-            f"{_sgemm()}({ROW_MAJOR}, {a_op[0]}, {b_op[0]}, (int)({mm}), (int)({nn}), "
-            f"(int)({c_expr(k)}), 1.0f, {pointer['a']} + {c_expr(a_off)}, "
-            f"(int)({c_expr(a_op[1])}), {pointer['b']} + {c_expr(b_off)}, "
-            f"(int)({c_expr(b_op[1])}), 0.0f, b0 + {c_expr(c_off)}, "
-            f"(int)({c_expr(ldc)}));"
-        )
-    else:  # output holds (n, m): compute C^T = B^T A^T
-        ldc = sc_n
-        flip = {NO_TRANS: TRANS, TRANS: NO_TRANS}
-        call = (
-            f"{_sgemm()}({ROW_MAJOR}, {flip[b_op[0]]}, {flip[a_op[0]]}, (int)({nn}), "
-            f"(int)({mm}), (int)({c_expr(k)}), 1.0f, {pointer['b']} + {c_expr(b_off)}, "
-            f"(int)({c_expr(b_op[1])}), {pointer['a']} + {c_expr(a_off)}, "
-            f"(int)({c_expr(a_op[1])}), 0.0f, "
-            f"b0 + {c_expr(c_off)}, (int)({c_expr(ldc)}));"
-        )
+    (m, sc_m), (n, sc_n) = m_group, n_group
+    k = ONE
+    for d in axes.k:
+        k = k * shape[d]
+    if axes.n and sc_n != 1:  # the output holds (n, m): compute C^T = B^T A^T
+        if axes.m and sc_m != 1:
+            return None
+        swap, ldc = True, sc_n
+    else:
+        swap, ldc = False, (sc_m if axes.m else n)
+    writer = KernelWriter(graph, materialised - {node.id})
+    writer.buffer(node.id)
+    index = [writer.loop_var(f"i{j}_", shape[d]) for j, d in enumerate(axes.batch)]
+    batch_flat = flat_index(index, [shape[d] for d in axes.batch])
+    prologue: list[str] = []
+    epilogue: list[str] = []
+    operands = []
+    for name, edge, rows, cols, size in (
+        ("pa", a_edge, axes.m, axes.k, (m, k)),
+        ("pb", b_edge, axes.k, axes.n, (k, n)),
+    ):
+        operand = _in_place(graph, writer, edge, axes.batch, index, rows, cols, materialised)
+        if operand is None:
+            fill, matrix, transposed = _pack(writer, edge, axes.batch, rows, cols, name)
+            prologue.append(fill)
+            epilogue.append(f"free({name});")
+            ld = size[0] if transposed else size[1]
+            operand = Operand(name, batch_flat * matrix, TRANS if transposed else NO_TRANS, ld)
+        operands.append(operand)
+    a, b = operands
+    c_off = sum((i * out_strides[d] for i, d in zip(index, axes.batch, strict=True)), ZERO)
+    first, second, rows_c, cols_c = (b, a, n, m) if swap else (a, b, m, n)
+    t1, t2 = (FLIP[b.trans], FLIP[a.trans]) if swap else (a.trans, b.trans)
+    call = (
+        f"{_sgemm()}({ROW_MAJOR}, {t1}, {t2}, (int)({c_expr(rows_c)}), (int)({c_expr(cols_c)}), "
+        f"(int)({c_expr(k)}), 1.0f, {first.pointer} + {c_expr(first.offset)}, "
+        f"(int)({c_expr(first.ld)}), {second.pointer} + {c_expr(second.offset)}, "
+        f"(int)({c_expr(second.ld)}), 0.0f, b0 + {c_expr(c_off)}, (int)({c_expr(ldc)}));"
+    )
     body = call
-    for i, d in reversed(list(zip(index, batch, strict=True))):
-        name = c_expr(i)
-        body = f"for (long long {name} = 0; {name} < {c_expr(shape[d])}; {name}++) {{\n{body}\n}}"
-    body = "\n".join([*packing, body, *freeing])
+    if not axes.batch:
+        body = _split_k(call, (first, t1), (second, t2), rows_c, cols_c, k, c_off, ldc)
+    for i, d in reversed(list(zip(index, axes.batch, strict=True))):
+        loop = c_expr(i)
+        body = f"for (long long {loop} = 0; {loop} < {c_expr(shape[d])}; {loop}++) {{\n{body}\n}}"
+    body = "\n".join([*prologue, body, *epilogue])
     body = "\n".join("    " + line for line in body.splitlines())
-    buffers = [node.id, a_edge.source, b_edge.source]
-    signature_types = ["float* restrict b0", "const float* b1", "const float* b2"]
-    prelude = "#include <stdlib.h>\n" + _prototype() if packing else _prototype()
-    return _finish_source("sgemm", buffers, signature_types, dims, body, [node.id], prelude=prelude)
+    types = ["float* restrict b0"] + [
+        f"const {C_STORAGE[graph.nodes[n].dtype]}* restrict b{i}"
+        for i, n in enumerate(writer.buffers[1:], start=1)
+    ]
+    prelude = "#include <stdlib.h>\n#include <omp.h>\n" + _prototype()
+    computed = sorted({*writer.nodes, node.id})
+    return _finish_source("sgemm", writer.buffers, types, dims, body, computed, prelude=prelude)
+
+
+# a product with a small output and a long K (a convolution's weight gradient: 6 x 25
+# outputs summed over batch * 784 positions) gives BLAS too little to share between
+# threads; each thread then takes a slice of K and the slices' partial sums are added
+SPLIT_K_MAX_OUTPUT = 4096
+SPLIT_K_MIN_K = 4096
+
+
+def _split_k(
+    call: str,
+    first: tuple[Operand, int],
+    second: tuple[Operand, int],
+    rows: Expr,
+    cols: Expr,
+    k: Expr,
+    c_off: Expr,
+    ldc: Expr,
+) -> str:
+    """`call`, or at run time (several threads, a small output, a long K) one sgemm per
+    thread over a slice of K into a private matrix, then the sum of those matrices."""
+    (a, ta), (b, tb) = first, second
+    # where the slice starting at k0_ begins: along a row of a stored op(X) = X (no
+    # transpose) the K index is the column; for a transposed one it is the row
+    a_at = "k0_" if ta == NO_TRANS else f"k0_ * (long long)({c_expr(a.ld)})"
+    b_at = f"k0_ * (long long)({c_expr(b.ld)})" if tb == NO_TRANS else "k0_"
+    sliced = (
+        f"{_sgemm()}({ROW_MAJOR}, {ta}, {tb}, (int)m_, (int)n_, (int)(k1_ - k0_), 1.0f, "
+        f"{a.pointer} + {c_expr(a.offset)} + {a_at}, (int)({c_expr(a.ld)}), "
+        f"{b.pointer} + {c_expr(b.offset)} + {b_at}, (int)({c_expr(b.ld)}), 0.0f, "
+        "part_ + (long long)t_ * m_ * n_, (int)n_);"
+    )
+    return f"""{{
+const long long m_ = {c_expr(rows)}, n_ = {c_expr(cols)}, k_ = {c_expr(k)};
+const int nt_ = omp_get_max_threads();
+if (nt_ > 1 && m_ * n_ <= {SPLIT_K_MAX_OUTPUT} && k_ >= {SPLIT_K_MIN_K}) {{
+    float* part_ = (float*)calloc((size_t)(nt_ * m_ * n_), sizeof(float));
+    #pragma omp parallel num_threads(nt_)
+    {{
+        const int t_ = omp_get_thread_num(), count_ = omp_get_num_threads();
+        const long long k0_ = k_ * t_ / count_, k1_ = k_ * (t_ + 1) / count_;
+        {sliced}
+    }}
+    for (long long r_ = 0; r_ < m_; r_++) {{
+        for (long long c_ = 0; c_ < n_; c_++) {{
+            float total_ = 0.0f;
+            for (int t_ = 0; t_ < nt_; t_++) total_ += part_[(t_ * m_ + r_) * n_ + c_];
+            b0[{c_expr(c_off)} + r_ * (long long)({c_expr(ldc)}) + c_] = total_;
+        }}
+    }}
+    free(part_);
+}} else {{
+{call}
+}}
+}}"""
+
+
+def _in_place(
+    graph: Graph,
+    writer: KernelWriter,
+    edge: Edge,
+    batch: list[int],
+    index: list[Expr],
+    rows: list[int],
+    cols: list[int],
+    materialised: set[int],
+) -> Operand | None:
+    """The operand read where it lies, when its buffer is a float32 matrix BLAS can read."""
+    source = graph.nodes[edge.source]
+    view = edge.view
+    if source.dtype != DType.float32 or view.mask is not None:
+        return None
+    if source.id not in materialised and not isinstance(source.op, ops.Input):
+        return None
+    shape = view.shape
+    row_group = _group(rows, shape, view.strides)
+    col_group = _group(cols, shape, view.strides)
+    if row_group is None or col_group is None:
+        return None
+    matrix = _matrix(row_group[0], col_group[0], row_group[1], col_group[1])
+    if matrix is None:
+        return None
+    offset = view.offset + sum(
+        (i * view.strides[d] for i, d in zip(index, batch, strict=True)), ZERO
+    )
+    return Operand(writer.buffer(source.id), offset, matrix[0], matrix[1])
 
 
 def _pack(
-    graph: Graph,
-    node: Node,
-    materialised: set[int],
-    edge: object,
+    writer: KernelWriter,
+    edge: Edge,
     batch: list[int],
-    row_axes: list[int],
-    col_axis: int | None,
+    rows: list[int],
+    cols: list[int],
     name: str,
-    rows: Expr | None,
-    cols: Expr | None,
-) -> tuple[str, Expr]:
-    """C that copies one operand into `name`, a malloc'd (batch..., rows, cols) row-major
-    matrix; returns the code and the size of one batch's matrix. `row_axes` holds at most
-    one logical axis (none: a single row); `col_axis` None means a single column."""
-    from luminal.backends.cpu.codegen import KernelWriter
-
-    writer = KernelWriter(graph, materialised - {node.id})
-    writer.buffer(node.id)
-    writer.buffer(node.inputs[0].source)
-    writer.buffer(node.inputs[1].source)
-    shape = edge.view.shape
-    r, c = rows or ONE, cols or ONE
-    batch_vars = [writer.loop_var(f"i{j}_", shape[d]) for j, d in enumerate(batch)]
-    row_var = writer.loop_var("r0_", r)
-    col_var = writer.loop_var("r1_", c)
-    indices = []
-    for d in range(len(shape)):
-        if d in batch:
-            indices.append(batch_vars[batch.index(d)])
-        elif row_axes and d == row_axes[0]:
-            indices.append(row_var)
-        elif col_axis is not None and d == col_axis:
-            indices.append(col_var)
-        else:
-            indices.append(ZERO)  # broadcast in this operand (or size 1)
+) -> tuple[str, Expr, bool]:
+    """C that fills `name`, a malloc'd row-major (batch..., rows, cols) matrix, or
+    (batch..., cols, rows) when the operand's memory runs along the column axes (then
+    `transposed` is True and BLAS reads it transposed), with one loop per logical axis.
+    Returns the code, the size of one batch's matrix and `transposed`."""
+    view = edge.view
+    shape = view.shape
+    transposed = bool(rows) and bool(cols) and _tightest(view, rows) < _tightest(view, cols)
+    outer, inner = (cols, rows) if transposed else (rows, cols)
+    order = [*batch, *outer, *inner]
+    loop_vars = {d: writer.loop_var(f"r{j}_", shape[d]) for j, d in enumerate(order)}
+    indices = [loop_vars.get(d, ZERO) for d in range(len(shape))]
     value = writer.edge(edge, indices)
-    batch_shape = [shape[d] for d in batch]
-    size = r * c
-    target = flat_index(batch_vars, batch_shape) * size + row_var * c + col_var
-    total = size
-    for d in batch_shape:
-        total = total * d
+    matrix = ONE
+    for d in [*outer, *inner]:
+        matrix = matrix * shape[d]
+    total = matrix
+    for d in batch:
+        total = total * shape[d]
+    target = flat_index([loop_vars[d] for d in order], [shape[d] for d in order])
     loops = f"{name}[{c_expr(target)}] = {value};"
-    for v, extent in reversed(
-        [*zip(batch_vars, batch_shape, strict=True), (row_var, r), (col_var, c)]
-    ):
-        loop_name = c_expr(v)
-        loops = (
-            f"for (long long {loop_name} = 0; {loop_name} < {c_expr(extent)}; {loop_name}++) "
-            f"{{\n{loops}\n}}"
-        )
-    allocate = f"float* {name} = (float*)malloc(sizeof(float) * (size_t)({c_expr(total)}));"
-    return allocate + "\n" + loops, size
+    for position, d in reversed(list(enumerate(order))):
+        loop = c_expr(loop_vars[d])
+        loops = f"for (long long {loop} = 0; {loop} < {c_expr(shape[d])}; {loop}++) {{\n{loops}\n}}"
+        if position == 0:
+            loops = (
+                f"#pragma omp parallel for if(({c_expr(total)}) > {PARALLEL_THRESHOLD})\n" + loops
+            )
+    allocate = f"float* {name} = (float*)malloc(sizeof(float) * (size_t)({c_expr(total)} + 1));"
+    return allocate + "\n" + loops, matrix, transposed
+
+
+def _tightest(view: object, axes: list[int]) -> float:
+    """The smallest absolute stride of `axes` in `view` (a guess at which axes run along
+    memory; unknown symbolic strides count as large)."""
+    best = float("inf")
+    for d in axes:
+        value = view.strides[d].as_int()
+        if value is not None and value != 0:
+            best = min(best, abs(value))
+    return best

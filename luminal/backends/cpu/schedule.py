@@ -42,7 +42,7 @@ def is_blas_contract(node) -> bool:  # noqa: ANN001 - a Node
     """A Contract with a real matrix shape: one operand is broadcast along some axis (an
     M or N axis), so BLAS applies. Without one it is an elementwise product summed
     (a dot along rows), better fused as a loop."""
-    if type(node.op).__name__ != "Contract":
+    if type(node.op).__name__ not in ("Contract", "ContractSum"):
         return False
     views = [e.view for e in node.inputs]
     return any(
@@ -136,7 +136,10 @@ def row_groups(graph: Graph, plan: Schedule) -> dict[int, list[int]]:
     per-row scalars (shape `outer` or (*outer, 1)) become per-row C locals computed in
     stages before the head's own loop, and materialised (*outer, n) values read only
     inside the group are recomputed instead of stored. A row softmax or a layer norm
-    becomes one loop nest. Returns head -> absorbed nodes (in execution order)."""
+    becomes one loop nest. Rows of at most SHORT_REDUCE elements (relu's pairs, 2x2
+    pooling windows) are left alone: there the per-row stages keep the loops scalar and
+    cost more than the buffers they save (LeNet's pooling gradients ran 1.7x slower).
+    Returns head -> absorbed nodes (in execution order)."""
     materialised = set(plan.materialised)
     roots = set(graph.output_roots())
     readers: dict[int, set[int]] = {}
@@ -160,6 +163,8 @@ def row_groups(graph: Graph, plan: Schedule) -> dict[int, list[int]]:
             outer, inner = shape[:-1], shape[-1]
         else:
             continue
+        if inner.as_int() is not None and inner.as_int() <= SHORT_REDUCE:
+            continue  # rows of a few elements: see the docstring
         excluded: set[int] = set()
         while True:
             members, absorbed = _walk_group(
