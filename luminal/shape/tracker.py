@@ -126,8 +126,13 @@ class ShapeTracker:
         )
 
     def is_identity(self) -> bool:
-        """True when the view is the buffer's own shape, unchanged."""
-        return self.shape == self.source_shape and self.is_contiguous()
+        """True when the view is the buffer's own shape, unchanged (memoised: the
+        optimizer asks on every step and the answer costs symbolic arithmetic)."""
+        known = self.__dict__.get("_identity")
+        if known is None:
+            known = self.shape == self.source_shape and self.is_contiguous()
+            object.__setattr__(self, "_identity", known)
+        return known
 
     def is_broadcast(self, axis: int) -> bool:
         return self.strides[axis] == 0 and self.shape[axis] != 1

@@ -150,14 +150,30 @@ def _reshape(grad: GraphTensor, move: Reshape, shape: Shape) -> GraphTensor:
     return reshaped(grad, shape)
 
 
+SHIFTED_TAPS_LIMIT = 8  # kernels up to this size: one strided placement per tap
+
+
 def _pool(grad: GraphTensor, move: Pool, shape: Shape) -> GraphTensor:
     """(..., windows, kernel) -> (..., n): element (w, k) read position
-    w * stride + k * dilation, so the adjoint adds each (w, k) there. Constant-size:
-    place the windows `stride` apart along each kernel row, shift row k right by
-    k * dilation with a pad-and-reshape skew, then sum the rows."""
+    w * stride + k * dilation, so the adjoint adds each (w, k) there. Non-overlapping
+    windows are a reshape; small kernels add one strided placement per tap (cheap
+    kernels); larger ones place the windows `stride` apart along each kernel row, shift
+    row k right by k * dilation with a pad-and-reshape skew, then sum the rows."""
     windows, kernel = grad.view.shape[-2], move.kernel
     stride, dilation, n = move.stride, move.dilation, shape[-1]
     lead = tuple(grad.view.shape[:-2])
+    if dilation == 1 and stride == kernel:  # windows side by side (max pooling): a reshape
+        flat = reshaped(grad, (*lead, windows * kernel))
+        return padded(flat, len(lead), ZERO, n - windows * kernel)
+    if kernel <= SHIFTED_TAPS_LIMIT:  # convolutions: sum the kernel's strided placements
+        total = None
+        for tap in range(kernel):
+            column = sliced(grad, grad.ndim - 1, sym(tap), sym(tap + 1))
+            placed = place_strided(
+                reshaped(column, (*lead, windows)), len(lead), sym(tap * dilation), stride, n
+            )
+            total = placed if total is None else total + placed
+        return total
     rows = grad._with_view(grad.view.permute((*range(grad.ndim - 2), grad.ndim - 1, grad.ndim - 2)))
     length = windows * stride
     if stride != 1:  # (..., kernel, windows) -> (..., kernel, windows * stride)
