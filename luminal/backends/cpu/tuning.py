@@ -23,7 +23,7 @@ from luminal.graph import Graph
 from luminal.search.programs import ProgramAlternatives
 from luminal.search.strategy import Config, Prepared, Site
 
-SPACE_VERSION = "2"  # bump when options change meaning, so cached choices are re-searched
+SPACE_VERSION = "3"  # bump when options change meaning, so cached choices are re-searched
 STATIC = "static"
 INAPPLICABLE = "inapplicable"
 MIN_SITE_SHARE = 0.02  # sites below this share of the estimated work are not searched
