@@ -112,6 +112,7 @@ class BeamSearch:
         progress: Callable[[int, float | None, float], None] | None = None,
         process: MeasuringProcess | None = None,
         trials: list[Trial] | None = None,
+        context: Config | None = None,
     ) -> None:
         self.space = space
         self.expected = expected
@@ -125,6 +126,7 @@ class BeamSearch:
         self.timeout = timeout
         self.progress = progress
         self.trials: list[Trial] = [] if trials is None else trials  # shared across stages
+        self.context = dict(context or {})  # what earlier stages chose (recorded in trials)
         self.owns_process = process is None
         self.process = process or MeasuringProcess()
         self.compile_seconds_per_candidate = 0.0
@@ -138,10 +140,13 @@ class BeamSearch:
         return generous
 
     def measure(self, prepared: Prepared, best: float | None) -> Trial:
+        """Run one candidate in the measuring process and check its outputs. The trial
+        records the full configuration (`context`, earlier stages' choices, included)."""
+        config = {**self.context, **prepared.config}
         if prepared.error is not None:
             inapplicable = prepared.error.startswith("inapplicable")
             status = "inapplicable" if inapplicable else "compile error"
-            trial = Trial(prepared.config, status, None, prepared.error[:500])
+            trial = Trial(config, status, None, prepared.error[:500])
         else:
             reply = self.process.request(
                 {
@@ -162,14 +167,16 @@ class BeamSearch:
                 problem = check_outputs(reply["outputs"], self.expected)
                 if problem is not None:
                     status, detail = problem.split(":", 1)[0], problem
-            trial = Trial(prepared.config, status, seconds, detail)
+            trial = Trial(config, status, seconds, detail)
         self.trials.append(trial)
         return trial
 
-    def _evaluate(self, configs: list[Config], best: float | None) -> list[Trial]:
+    def _evaluate(
+        self, configs: list[Config], best: float | None, done: list[tuple[Trial, Config]]
+    ) -> None:
         """Compile in parallel (in chunks, so the deadline is checked between them) and
-        measure one at a time."""
-        trials: list[Trial] = []
+        measure one at a time; each (trial, local config) is appended to `done` as it
+        completes, so a round cut short by the budget still counts what it measured."""
         chunk = 4
         for start in range(0, len(configs), chunk):
             part = configs[start : start + chunk]
@@ -186,10 +193,9 @@ class BeamSearch:
                 trial = self.measure(item, best)
                 if trial.status == "ok" and (best is None or trial.seconds < best):
                     best = trial.seconds
-                trials.append(trial)
+                done.append((trial, item.config))
                 if self.progress is not None:
                     self.progress(len(self.trials), best, self.deadline.remaining())
-        return trials
 
     # ------------------------------------------------------------------ searching
     def run(self) -> SearchResult:
@@ -200,56 +206,71 @@ class BeamSearch:
             if self.owns_process:
                 self.process.close()
 
+    def _static_seconds(self) -> float:
+        """The best time of this stage's starting point (all sites static) in any trial,
+        earlier stages' included."""
+        static = [t.seconds for t in self.trials if t.config == self.context and t.status == "ok"]
+        return min(static)
+
     def _run(self) -> SearchResult:
-        (baseline,) = self._evaluate([{}], None)
-        if baseline.status not in ("ok",):
+        done: list[tuple[Trial, Config]] = []
+        self._evaluate([{}], None, done)
+        ((baseline, _),) = done
+        if baseline.status != "ok":
             from luminal.errors import CompileError
 
             raise CompileError(
                 f"search: the static program did not run correctly ({baseline.status}: "
                 f"{baseline.detail})"
             )
-        beam: list[tuple[float, Config]] = [(baseline.seconds, {})]
+        beam: list[tuple[float, Config]] = [(self._static_seconds(), {})]
         seen = {config_key({})}
         stopped_by = "space exhausted"
         sites = sorted(self.space.sites, key=lambda s: (-s.weight, s.key))
-        try:
-            for site in sites:
-                configs = []
-                for _, config in beam:
-                    for option in site.options[1:]:
-                        candidate = {**config, site.key: option}
-                        if config_key(candidate) not in seen:
-                            seen.add(config_key(candidate))
-                            configs.append(candidate)
-                self.rng.shuffle(configs)
-                trials = self._evaluate(configs, beam[0][0])
-                pool = beam + [(t.seconds, t.config) for t in trials if t.status == "ok"]
-                pool.sort(key=lambda item: (item[0], config_key(item[1])))
-                beam = pool[: self.beam]
-        except _OutOfTime:
-            stopped_by = "time budget"
+        for site in sites:
+            configs = []
+            for _, config in beam:
+                for option in site.options[1:]:
+                    candidate = {**config, site.key: option}
+                    if config_key(candidate) not in seen:
+                        seen.add(config_key(candidate))
+                        configs.append(candidate)
+            self.rng.shuffle(configs)
+            done = []
+            try:
+                self._evaluate(configs, beam[0][0], done)
+            except _OutOfTime:
+                stopped_by = "time budget"
+            pool = beam + [(t.seconds, local) for t, local in done if t.status == "ok"]
+            pool.sort(key=lambda item: (item[0], config_key(item[1])))
+            beam = pool[: self.beam]
+            if stopped_by == "time budget":
+                break
         best_seconds, best = beam[0]
-        baseline_seconds = baseline.seconds
-        if best and not self.deadline.expired(self.reserve):
-            best, best_seconds, baseline_seconds = self._confirm(best, baseline.seconds)
+        if best:
+            best, best_seconds = self._confirm(best)
+        static = self._static_seconds()
+        if not best:
+            best_seconds = static
         return SearchResult(
-            best, best_seconds, baseline_seconds, self.trials, self.deadline.elapsed(), stopped_by
+            best, best_seconds, static, self.trials, self.deadline.elapsed(), stopped_by
         )
 
-    def _confirm(self, best: Config, baseline_seconds: float) -> tuple[Config, float, float]:
-        """Re-time the winner and the baseline side by side; keep the winner only if it
-        is still faster (timings on a busy machine drift)."""
+    def _confirm(self, best: Config) -> tuple[Config, float]:
+        """Re-time the winner and the static configuration side by side (when time is
+        left); keep the winner only if its best time still beats the static one's best
+        (timings on a busy machine drift)."""
+        done: list[tuple[Trial, Config]] = []
         try:
-            again = self._evaluate([best, {}, best, {}], None)
+            if not self.deadline.expired(self.reserve):
+                self._evaluate([best, {}, best, {}], None, done)
         except _OutOfTime:
-            return best, min(t.seconds for t in self.trials if t.config == best), baseline_seconds
-        winner = [t.seconds for t in again if t.config == best and t.status == "ok"]
-        static = [t.seconds for t in again if t.config == {} and t.status == "ok"]
-        baseline_seconds = min([baseline_seconds, *static])
-        if not winner or min(winner) >= baseline_seconds:
-            return {}, baseline_seconds, baseline_seconds
-        return best, min(winner), baseline_seconds
+            pass
+        full = {**self.context, **best}
+        winner = [t.seconds for t in self.trials if t.config == full and t.status == "ok"]
+        if not winner or min(winner) >= self._static_seconds():
+            return {}, self._static_seconds()
+        return best, min(winner)
 
 
 class _OutOfTime(Exception):

@@ -137,7 +137,7 @@ class CPUCompiler:
             if record is not None and record.sites == sites:
                 self.cache_hit = True
             else:
-                kernels = stages.run(space)
+                kernels = stages.run(space, context=program)
                 record = stages.record(key, {**program, **kernels}, sites, len(space.sites))
                 if self.cache:
                     store.store(record)
@@ -181,7 +181,7 @@ class _Stages:
             self._expected = reference_outputs(self.reference, compiler.rtol, compiler.atol)
         return self._expected
 
-    def run(self, space: Any) -> dict[str, str]:
+    def run(self, space: Any, context: dict[str, str] | None = None) -> dict[str, str]:
         compiler = self.compiler
         bar = _progress_bar(compiler.progress, space)
         # time for the final build and check after the search: a tenth of the budget
@@ -205,6 +205,7 @@ class _Stages:
             timeout=compiler.candidate_timeout,
             progress=report,
             trials=self.trials,
+            context=context,
         )
         try:
             result = search.run()
@@ -217,9 +218,14 @@ class _Stages:
     def record(self, key: str, chosen: dict, sites: dict, kernel_sites: int) -> SearchRecord:
         compiler = self.compiler
         last = self.results[-1]
-        # the static program with static kernels is the empty configuration in every stage
-        static = [t.seconds for t in self.trials if not t.config and t.status == "ok"]
-        baseline = min(static) if static else last.baseline_seconds
+
+        def fastest(config: dict[str, str]) -> float:
+            times = [t.seconds for t in self.trials if t.config == config and t.status == "ok"]
+            return min(times) if times else math.nan
+
+        # trials hold full configurations: {} is the static program with static kernels
+        baseline = fastest({})
+        best = fastest(chosen)
         return SearchRecord(
             key=key,
             label=_label(self.reference, kernel_sites),
@@ -228,7 +234,7 @@ class _Stages:
             cpu=cpu_model(),
             version=luminal_version(),
             chosen=chosen,
-            best_seconds=min(last.best_seconds, baseline) if not chosen else last.best_seconds,
+            best_seconds=best,
             baseline_seconds=baseline,
             search_seconds=self.deadline.elapsed(),
             sites=sites,
