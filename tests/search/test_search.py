@@ -84,11 +84,12 @@ def test_wrong_crashing_and_hanging_candidates_are_discarded(rng, search_cache, 
     compiler = lm.CPUCompiler(mode="optimal", cache=search_cache, candidate_timeout=2.0)
     cx.compile(compiler)
     record = compiler.search_record
-    outcome = {next(iter(t.config.values())): t.status for t in record.trials if t.config}
+    bad = {"wrong", "segfault", "hang"}
+    outcome = {v: t.status for t in record.trials for v in t.config.values() if v in bad}
     assert outcome["wrong"] in ("wrong", "nan")  # whatever the skipped buffer held
     assert outcome["segfault"] == "crashed"
     assert outcome["hang"] == "timeout"
-    assert record.chosen == {}  # only the static program survived
+    assert not bad & set(record.chosen.values())  # only verified kernels can be chosen
     cx.execute()  # this process is unharmed and the chosen program is right
     np.testing.assert_allclose(y.numpy(), expected, rtol=1e-4, atol=1e-4)
 
