@@ -10,6 +10,7 @@ result is never slower than the static choice. Same seed, same candidates, same 
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -214,7 +215,12 @@ class BeamSearch:
 
     def _run(self) -> SearchResult:
         done: list[tuple[Trial, Config]] = []
-        self._evaluate([{}], None, done)
+        with contextlib.suppress(_OutOfTime):
+            self._evaluate([{}], None, done)
+        if not done or (done[0][0].status == "timeout" and self.deadline.expired(self.reserve)):
+            # the budget does not even cover timing the static program: keep it unmeasured
+            nan = float("nan")
+            return SearchResult({}, nan, nan, self.trials, self.deadline.elapsed(), "time budget")
         ((baseline, _),) = done
         if baseline.status != "ok":
             from luminal.errors import CompileError

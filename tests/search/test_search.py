@@ -187,3 +187,17 @@ def test_symbolic_dims_share_a_bucket(search_cache) -> None:
     assert second.cache_hit
     cx2.execute()
     np.testing.assert_allclose(y2.numpy(), np.exp(xv @ wv), rtol=1e-4, atol=1e-4)
+
+
+def test_a_budget_too_short_to_search_keeps_the_static_program(rng, search_cache) -> None:
+    cx, y, expected = build(rng)
+    compiler = lm.CPUCompiler(mode=lm.TimeBudget(0.05), cache=search_cache)
+    cx.compile(compiler)  # no error: the static program is verified and used
+    assert compiler.search_record.chosen == {}
+    assert compiler.search_record.stopped_by == "time budget"
+    cx.execute()
+    np.testing.assert_allclose(y.numpy(), expected, rtol=1e-4, atol=1e-4)
+    again, _, _ = build(np.random.default_rng(0))
+    full = lm.CPUCompiler(mode="optimal", cache=search_cache)
+    again.compile(full)  # the cut-short record does not stand for a full search
+    assert not full.cache_hit and full.search_record.stopped_by == "space exhausted"

@@ -117,6 +117,12 @@ class CPUCompiler:
             key = search_key(fingerprint, dims, f"cpu/threads={threads}", SPACE_VERSION)
             store = SearchCache(self._cache_directory())
             record = store.load(key) if self.cache else None
+            if (
+                record is not None
+                and record.stopped_by != "space exhausted"
+                and self.mode == "optimal"
+            ):
+                record = None  # a search cut short by a budget does not stand for "optimal"
             stages = _Stages(self, reference, deadline)
             program = _only(record.chosen, "region") if record is not None else {}
             if record is not None and not program:
