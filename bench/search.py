@@ -10,13 +10,14 @@ come from the usual kernel cache), so "search" is a first compile. Rows:
   sgemm, then one fused bias+ReLU pass) and against numpy doing the same in two steps;
 - MLP 784-512-512-10 and LeNet-5 inference at batch 64: `optimal` against `fast` and
   against PyTorch eager, the search time, and the second compile (a cache hit).
-Times are minima over repeats, the search's own in its measuring process; ratios are
-luminal / peer (below 1 is faster) unless the row says otherwise.
+Times are minima over repeats, taken in this process with the contestants in turns;
+ratios are luminal / peer (below 1 is faster) unless the row says otherwise.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import tempfile
 import time
@@ -24,10 +25,15 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
-from common import best_of, equal_threads
+from common import equal_threads
 from training import BATCH, luminal_lenet, luminal_mlp, torch_lenet, torch_mlp
 
 import luminal as lm
+from luminal.backends.cpu import toolchain
+from luminal.backends.cpu.compiler import RULESETS
+from luminal.backends.cpu.tuning import CpuSearchSpace
+from luminal.backends.cpu.verify import verify_against_reference
+from luminal.search.programs import ProgramAlternatives
 
 
 def search(cx: lm.Graph, cache: str) -> tuple[lm.CPUCompiler, float]:
@@ -37,31 +43,68 @@ def search(cx: lm.Graph, cache: str) -> tuple[lm.CPUCompiler, float]:
     return compiler, time.perf_counter() - start
 
 
-def best_trial(compiler: lm.CPUCompiler, prefix: str) -> tuple[float, dict[str, str]]:
-    """The fastest verified trial that uses an option starting with `prefix`."""
+def best_trial(compiler: lm.CPUCompiler, prefix: str) -> dict[str, str]:
+    """The configuration of the fastest verified trial using an option starting with
+    `prefix` (trials stopped early as slower were verified too)."""
     found = [
         (t.seconds, t.config)
         for t in compiler.search_record.trials
-        if t.status == "ok" and any(v.startswith(prefix) for v in t.config.values())
+        if t.status in ("ok", "slower") and any(v.startswith(prefix) for v in t.config.values())
     ]
-    return min(found, key=lambda item: item[0]) if found else (float("nan"), {})
+    return min(found, key=lambda item: item[0])[1] if found else {}
+
+
+def in_process(build: Callable[[lm.Graph], lm.GraphTensor], config: dict[str, str]):  # noqa: ANN201
+    """The graph compiled with `config` (program and kernel choices) in this process, to
+    time it side by side with numpy; verified against the reference like any compile."""
+    cx = lm.Graph()
+    out = build(cx).retrieve()
+    reference = copy.deepcopy(cx)
+    cx.compile(lm.GenericCompiler())
+    program = {k: v for k, v in config.items() if k.startswith("region")}
+    ProgramAlternatives(cx, RULESETS).apply(cx, program)
+    space = CpuSearchSpace(cx, {}, toolchain.get_num_threads().openmp)
+    compiled = space.compiled({k: v for k, v in config.items() if k not in program})
+    compiled.build()
+    cx.compiled = compiled
+    verify_against_reference(cx, reference, 1e-3, 1e-4)
+    return cx, out
+
+
+def interleaved(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    """Minimum time of each function, timed in turns with a pause between (BLAS threads
+    spin for a while after a call and would slow the next contestant)."""
+    best = dict.fromkeys(fns, float("inf"))
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            time.sleep(0.2)
+            fn()
+            start = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - start)
+    return best
 
 
 def bench_matmul(size: int, repeats: int, cache: str) -> None:
     rng = np.random.default_rng(0)
     a, b = (rng.standard_normal((size, size)).astype(np.float32) for _ in range(2))
+
+    def build(cx: lm.Graph) -> lm.GraphTensor:
+        return cx.tensor(a.shape).set(a) @ cx.tensor(b.shape).set(b)
+
     cx = lm.Graph()
-    out = (cx.tensor(a.shape).set(a) @ cx.tensor(b.shape).set(b)).retrieve()
+    build(cx).retrieve()
     compiler, seconds = search(cx, cache)
-    cx.execute()
+    config = best_trial(compiler, "gen")
+    generated, out = in_process(build, config)
+    times = interleaved({"generated": generated.execute, "numpy": lambda: a @ b}, repeats)
     np.testing.assert_allclose(out.numpy(), a @ b, rtol=1e-3, atol=1e-2)
-    generated, config = best_trial(compiler, "gen")
-    blas = best_of(lambda: a @ b, repeats)
-    gflops = 2 * size**3 / generated / 1e9
+    gflops = 2 * size**3 / times["generated"] / 1e9
     print(
-        f"matmul {size}^3 generated (searched)  {generated * 1e3:8.3f} ms  {gflops:6.1f} GFLOP/s"
-        f"  numpy BLAS {blas * 1e3:8.3f} ms  BLAS/generated {blas / generated:5.2f}  "
-        f"(search {seconds:.1f} s; {next(iter(config.values()), '-')})"
+        f"matmul {size}^3 generated (searched) {times['generated'] * 1e3:7.3f} ms "
+        f"{gflops:5.0f} GFLOP/s  numpy BLAS {times['numpy'] * 1e3:7.3f} ms  "
+        f"BLAS/generated {times['numpy'] / times['generated']:4.2f}  (search {seconds:.1f} s; "
+        f"{next((v for v in config.values() if v.startswith('gen')), '-')})"
     )
 
 
@@ -70,20 +113,30 @@ def bench_fused(m: int, k: int, n: int, repeats: int, cache: str) -> None:
     x = rng.standard_normal((m, k)).astype(np.float32)
     w = rng.standard_normal((n, k)).astype(np.float32) * 0.05
     bias = rng.standard_normal(n).astype(np.float32)
+
+    def build(cx: lm.Graph) -> lm.GraphTensor:
+        y = cx.tensor(x.shape).set(x) @ cx.tensor(w.shape).set(w).transpose(0, 1)
+        return (y + cx.tensor(bias.shape).set(bias)).relu()
+
     cx = lm.Graph()
-    y = cx.tensor(x.shape).set(x) @ cx.tensor(w.shape).set(w).transpose(0, 1)
-    out = (y + cx.tensor(bias.shape).set(bias)).relu().retrieve()
+    build(cx).retrieve()
     compiler, seconds = search(cx, cache)
-    cx.execute()
+    fused, out = in_process(build, best_trial(compiler, "gen+epilogue"))
+    static, _ = in_process(build, {})
+    times = interleaved(
+        {
+            "fused": fused.execute,
+            "static": static.execute,
+            "numpy": lambda: np.maximum(x @ w.T + bias, 0),
+        },
+        repeats,
+    )
     np.testing.assert_allclose(out.numpy(), np.maximum(x @ w.T + bias, 0), rtol=1e-3, atol=1e-3)
-    record = compiler.search_record
-    fused, _ = best_trial(compiler, "gen+epilogue")
-    static = record.baseline_seconds
-    numpy_two_pass = best_of(lambda: np.maximum(x @ w.T + bias, 0), repeats)
     print(
-        f"relu(x@W^T+b) {m}x{k}x{n}: fused generated {fused * 1e3:8.3f} ms  "
-        f"BLAS + separate pass (static) {static * 1e3:8.3f} ms ({fused / static:4.2f}x)  "
-        f"numpy {numpy_two_pass * 1e3:8.3f} ms ({fused / numpy_two_pass:4.2f}x)  "
+        f"relu(x@W^T+b) {m}x{k}x{n}: fused generated {times['fused'] * 1e3:7.3f} ms  "
+        f"BLAS + separate pass (static) {times['static'] * 1e3:7.3f} ms "
+        f"({times['fused'] / times['static']:4.2f}x)  numpy two passes "
+        f"{times['numpy'] * 1e3:7.3f} ms ({times['fused'] / times['numpy']:4.2f}x)  "
         f"search {seconds:.1f} s"
     )
 
@@ -130,10 +183,11 @@ def bench_model(
         with torch.no_grad():
             reference(tx)
 
-    times = {}
-    for label, fn in (("optimal", graph.execute), ("fast", fast_graph.execute)):
-        times[label] = best_of(lambda fn=fn: [fn() for _ in range(20)], repeats) / 20
-    times["torch"] = best_of(lambda: [torch_forward() for _ in range(20)], repeats) / 20
+    ten = {"optimal": graph.execute, "fast": fast_graph.execute, "torch": torch_forward}
+    times = interleaved(
+        {k: lambda fn=fn: [fn() for _ in range(10)] for k, fn in ten.items()}, repeats
+    )
+    times = {k: v / 10 for k, v in times.items()}
     chosen = compiler.search_record.chosen
     print(
         f"{name} inference: optimal {times['optimal'] * 1e3:7.3f} ms  fast "

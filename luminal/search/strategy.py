@@ -23,6 +23,7 @@ from luminal.search.budget import Deadline
 from luminal.search.cache import Trial
 from luminal.search.measure import MeasuringProcess
 
+CONFIRM_PAIRS = 3  # winner/static pairs timed side by side before a winner is kept
 Config = dict[str, str]  # site key -> chosen option (sites left out keep their default)
 
 
@@ -106,7 +107,7 @@ class BeamSearch:
         deadline: Deadline,
         beam: int = 2,
         seed: int = 0,
-        repeats: int = 3,
+        repeats: int = 5,
         slack: float = 2.0,
         reserve: float = 0.0,
         timeout: float = 10.0,
@@ -157,7 +158,7 @@ class BeamSearch:
                     "repeats": self.repeats,
                     "best": best,
                     "slack": self.slack,
-                    "min_sample": 2e-3,
+                    "min_sample": 5e-3,
                 },
                 self._timeout(best),
             )
@@ -263,15 +264,23 @@ class BeamSearch:
         )
 
     def _confirm(self, best: Config) -> tuple[Config, float]:
-        """Re-time the winner and the static configuration side by side (when time is
-        left); keep the winner only if its best time still beats the static one's best
-        (timings on a busy machine drift)."""
+        """Re-time the winner and the static configuration side by side, interleaved
+        (when time is left). The winner is kept only if it beats the static one both in
+        this round, where both met the same machine, and over every measurement."""
         done: list[tuple[Trial, Config]] = []
-        try:
+        with contextlib.suppress(_OutOfTime):
             if not self.deadline.expired(self.reserve):
-                self._evaluate([best, {}, best, {}], None, done)
-        except _OutOfTime:
-            pass
+                self._evaluate([best, {}] * CONFIRM_PAIRS, None, done)
+        side_by_side = {
+            key: [t.seconds for t, local in done if local == config and t.status == "ok"]
+            for key, config in (("winner", best), ("static", {}))
+        }
+        if done and not (
+            side_by_side["winner"]
+            and side_by_side["static"]
+            and min(side_by_side["winner"]) < min(side_by_side["static"])
+        ):
+            return {}, self._static_seconds()
         full = {**self.context, **best}
         winner = [t.seconds for t in self.trials if t.config == full and t.status == "ok"]
         if not winner or min(winner) >= self._static_seconds():
