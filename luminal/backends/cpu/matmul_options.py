@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from luminal import ops
 from luminal.backends.cpu.codegen import KernelSource, _finish_source
 from luminal.backends.cpu.lowering import Lowering
-from luminal.backends.cpu.matmul_codegen import Epilogue, MatmulSchedule, render_matmul
+from luminal.backends.cpu.matmul_codegen import render_matmul
+from luminal.backends.cpu.matmul_schedule import Epilogue, MatmulSchedule
 from luminal.backends.cpu.ops import Contract
 from luminal.backends.cpu.tuning import KernelOption
 from luminal.dtype import DType
