@@ -201,3 +201,15 @@ def test_a_budget_too_short_to_search_keeps_the_static_program(rng, search_cache
     full = lm.CPUCompiler(mode="optimal", cache=search_cache)
     again.compile(full)  # the cut-short record does not stand for a full search
     assert not full.cache_hit and full.search_record.stopped_by == "space exhausted"
+
+
+def test_graph_with_unpicklable_function_falls_back_to_static(search_cache, capsys) -> None:
+    cx = lm.Graph()
+    x = cx.tensor((64, 64)).set(np.full((64, 64), 0.5, np.float32))
+    y = (x.exp().print("value") * 2).retrieve()  # print's closure cannot be pickled
+    compiler = lm.CPUCompiler(mode="optimal", cache=search_cache)
+    with pytest.warns(UserWarning, match="measured search skipped"):
+        cx.compile(compiler)
+    assert compiler.search_record is None
+    cx.execute()
+    np.testing.assert_allclose(y.numpy(), np.full((64, 64), 2 * np.exp(0.5)), rtol=1e-6)

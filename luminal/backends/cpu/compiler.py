@@ -12,7 +12,9 @@ from __future__ import annotations
 import copy
 import math
 import os
+import pickle
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +115,15 @@ class CPUCompiler:
         saved_inputs = dict(graph.input_data)
         dims = check_inputs(graph, reference)
         try:
+            reason = _unsendable(graph)
+            if reason is not None:
+                warnings.warn(
+                    f"CPUCompiler: measured search skipped, the static program is used: {reason}",
+                    stacklevel=4,
+                )
+                graph.compile(EGraphCompiler(rulesets=RULESETS))
+                graph.compile(GenericCompiler())
+                return lower(graph)
             threads = toolchain.get_num_threads().openmp
             key = search_key(fingerprint, dims, f"cpu/threads={threads}", SPACE_VERSION)
             store = SearchCache(self._cache_directory())
@@ -157,6 +168,16 @@ class CPUCompiler:
         if isinstance(self.cache, str | os.PathLike):
             return Path(self.cache)
         return toolchain.cache_root() / "search"
+
+
+def _unsendable(graph: Graph) -> str | None:
+    """Why candidates of this graph cannot go to the measuring process, if they cannot
+    (a Python function op that does not pickle, such as a closure from `print`)."""
+    try:
+        pickle.dumps(graph)
+    except (pickle.PicklingError, AttributeError, TypeError) as error:
+        return f"the graph holds a Python object the measuring process cannot receive ({error})"
+    return None
 
 
 def _only(config: dict[str, str], prefix: str, exclude: str | None = None) -> dict[str, str]:
