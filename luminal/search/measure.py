@@ -19,11 +19,13 @@ class MeasuringProcess:
     def __init__(self) -> None:
         self.process: subprocess.Popen[bytes] | None = None
         self.restarts = 0
+        self.shared_token: str | None = None  # what the current child already holds
 
     def start(self) -> None:
         """Start the child now (it imports luminal while the parent compiles)."""
         if self.process is not None and self.process.poll() is None:
             return
+        self.shared_token = None
         self.process = subprocess.Popen(
             [sys.executable, "-m", "luminal.search.worker"],
             stdin=subprocess.PIPE,
@@ -32,10 +34,14 @@ class MeasuringProcess:
             env=os.environ.copy(),
         )
 
-    def request(self, message: dict[str, Any], timeout: float) -> dict[str, Any]:
-        """The child's reply, or {"status": "crashed" | "timeout", "detail": ...}."""
+    def request(
+        self, message: dict[str, Any], timeout: float, shared: tuple[str, bytes] | None = None
+    ) -> dict[str, Any]:
+        """The child's reply, or {"status": "crashed" | "timeout", "detail": ...}.
+        `shared` (token, bytes) goes to the child only when it does not hold it yet."""
         self.start()
         process = self.process
+        message = self.attach_shared(message, shared)
         assert process is not None and process.stdin is not None and process.stdout is not None
         try:
             write_message(process.stdin.fileno(), message)
@@ -51,6 +57,18 @@ class MeasuringProcess:
             self.restarts += 1
             return {"status": "crashed", "detail": _describe_exit(code)}
         return reply
+
+    def attach_shared(
+        self, message: dict[str, Any], shared: tuple[str, bytes] | None
+    ) -> dict[str, Any]:
+        """`message` with the shared blob, or only its token when the current child
+        already holds it (a restarted child gets the blob again)."""
+        if shared is None:
+            return message
+        token, blob = shared
+        sent = None if token == self.shared_token else blob
+        self.shared_token = token
+        return {**message, "shared": (token, sent)}
 
     def _kill(self) -> None:
         if self.process is not None:

@@ -37,11 +37,13 @@ class Site:
 @dataclass
 class Prepared:
     """A candidate ready to measure (`payload` is sent to the measuring process), or
-    the error that stopped it from compiling."""
+    the error that stopped it from compiling. `shared` is (token, bytes) of what many
+    candidates have in common (the input arrays), sent once per measuring process."""
 
     config: Config
     payload: Any = None
     error: str | None = None
+    shared: tuple[str, bytes] | None = None
 
 
 class SearchSpace(Protocol):
@@ -161,6 +163,7 @@ class BeamSearch:
                     "min_sample": 5e-3,
                 },
                 self._timeout(best),
+                shared=prepared.shared,
             )
             status = reply["status"]
             seconds = reply.get("seconds")

@@ -17,14 +17,25 @@ from typing import Any
 from luminal.search.outputs import read_outputs
 from luminal.search.protocol import read_message, write_message
 
+SHARED: dict[str, Any] = {}  # token -> object, the last one received
+
 
 def measure(request: dict[str, Any]) -> dict[str, Any]:
+    shared = None
+    if "shared" in request:  # the input arrays, sent once per measuring process
+        token, blob = request["shared"]
+        if blob is not None:
+            SHARED.clear()
+            SHARED[token] = pickle.loads(blob)
+        shared = SHARED[token]
     for module, function, args in request.get("setup", ()):
         getattr(importlib.import_module(module), function)(*args)
     candidate = request["candidate"]
     if isinstance(candidate, bytes):
         candidate = pickle.loads(candidate)
     graph, compiled = candidate
+    if shared is not None:
+        graph.input_data = dict(shared)
     compiled.build()
     graph.compiled = compiled
     start = time.perf_counter()

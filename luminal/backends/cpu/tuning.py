@@ -9,7 +9,9 @@ and checked against the reference runtime before it can be chosen.
 
 from __future__ import annotations
 
+import copy
 import pickle
+import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -141,6 +143,7 @@ class CpuSearchSpace:
         self.graph = graph
         self.dims = dims
         self.setup = [("luminal.backends.cpu.toolchain", "set_num_threads", (threads,))]
+        self.shared: tuple[str, bytes] | None = None
         base = lower_kernels(graph)
         self.node_of: dict[str, int] = {}
         self.sites: list[Site] = []
@@ -186,7 +189,10 @@ class CpuSearchSpace:
         return assemble(self.lowering(config))
 
     def prepare(self, configs: Sequence[Config]) -> list[Prepared]:
-        return prepare_candidates(configs, lambda config: (self.graph, self.compiled(config)))
+        if self.shared is None:
+            self.shared = shared_inputs(self.graph)
+        build = lambda config: (self.graph, self.compiled(config))  # noqa: E731
+        return prepare_candidates(configs, build, self.shared)
 
 
 class ProgramSpace:
@@ -197,21 +203,39 @@ class ProgramSpace:
         self.alternatives = alternatives
         self.sites = alternatives.sites
         self.setup = [("luminal.backends.cpu.toolchain", "set_num_threads", (threads,))]
+        self.shared = shared_inputs(alternatives.base)  # every alternative reads these
 
     def prepare(self, configs: Sequence[Config]) -> list[Prepared]:
         def build(config: Config) -> tuple[Graph, CompiledGraph]:
             graph = self.alternatives.graph_for(config)
             return graph, assemble(lower_kernels(graph))
 
-        return prepare_candidates(configs, build)
+        return prepare_candidates(configs, build, self.shared)
 
 
 Builder = Callable[[Config], tuple[Graph, CompiledGraph]]
 
 
-def prepare_candidates(configs: Sequence[Config], build: Builder) -> list[Prepared]:
+def shared_inputs(graph: Graph) -> tuple[str, bytes]:
+    """The graph's input arrays (weights included) as one blob the measuring process
+    receives once, with a token naming it."""
+    return uuid.uuid4().hex, pickle.dumps(graph.input_data, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _without_inputs(graph: Graph) -> Graph:
+    """A shallow copy without input arrays: what one candidate sends."""
+    light = copy.copy(graph)
+    light.input_data = {}
+    light.buffers = {}
+    return light
+
+
+def prepare_candidates(
+    configs: Sequence[Config], build: Builder, shared: tuple[str, bytes]
+) -> list[Prepared]:
     """Lower each configuration, then compile every candidate's kernels in parallel
-    (one gcc per core; kernels already in the on-disk cache cost nothing) and link."""
+    (one gcc per core; kernels already in the on-disk cache cost nothing) and link.
+    Candidates carry their graph without the input arrays, which travel as `shared`."""
     built: list[tuple[Config, tuple[Graph, CompiledGraph] | None, str | None]] = []
     for config in configs:
         try:
@@ -227,7 +251,9 @@ def prepare_candidates(configs: Sequence[Config], build: Builder) -> list[Prepar
             toolchain.build_shared(candidate[1].units(), link_blas=True)
         except LuminalError as failure:
             return Prepared(config, error=str(failure))
-        return Prepared(config, payload=pickle.dumps(candidate))
+        graph, compiled = candidate
+        payload = pickle.dumps((_without_inputs(graph), compiled))
+        return Prepared(config, payload=payload, shared=shared)
 
     with ThreadPoolExecutor(max_workers=max(1, toolchain._cpu_count())) as pool:
         return list(pool.map(link, built))
