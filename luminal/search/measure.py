@@ -12,6 +12,8 @@ from typing import Any
 
 from luminal.search.protocol import read_message, write_message
 
+STARTUP = 60.0  # seconds a new measuring process may take to import luminal
+
 
 class MeasuringProcess:
     """One child Python process, restarted after a crash or a timeout."""
@@ -19,6 +21,7 @@ class MeasuringProcess:
     def __init__(self) -> None:
         self.process: subprocess.Popen[bytes] | None = None
         self.restarts = 0
+        self.ready = False  # whether the current child has said it is ready
         self.shared_token: str | None = None  # what the current child already holds
 
     def start(self) -> None:
@@ -26,6 +29,7 @@ class MeasuringProcess:
         if self.process is not None and self.process.poll() is None:
             return
         self.shared_token = None
+        self.ready = False
         self.process = subprocess.Popen(
             [sys.executable, "-m", "luminal.search.worker"],
             stdin=subprocess.PIPE,
@@ -43,6 +47,15 @@ class MeasuringProcess:
         process = self.process
         message = self.attach_shared(message, shared)
         assert process is not None and process.stdin is not None and process.stdout is not None
+        if not self.ready:  # the child says so once it has imported luminal
+            try:
+                hello = read_message(process.stdout.fileno(), time.perf_counter() + STARTUP)
+            except TimeoutError:
+                hello = None
+            if hello is None:
+                self._kill()
+                return {"status": "crashed", "detail": "the measuring process did not start"}
+            self.ready = True
         try:
             write_message(process.stdin.fileno(), message)
             reply = read_message(process.stdout.fileno(), time.perf_counter() + timeout)

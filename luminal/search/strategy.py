@@ -23,6 +23,7 @@ from luminal.search.budget import Deadline
 from luminal.search.cache import Trial
 from luminal.search.measure import MeasuringProcess
 
+STATIC_TIMEOUT = 600.0  # seconds for the static program, which fast mode would run anyway
 CONFIRM_PAIRS = 3  # winner/static pairs timed side by side before a winner is kept
 Config = dict[str, str]  # site key -> chosen option (sites left out keep their default)
 
@@ -137,8 +138,10 @@ class BeamSearch:
 
     # ------------------------------------------------------------------ measuring
     def _timeout(self, best: float | None) -> float:
-        # the first request also pays for starting the measuring process
-        generous = self.timeout + (20.0 if best is None else 0.0)
+        """How long one candidate may take: the static program (measured first) gets up
+        to STATIC_TIMEOUT; others `timeout` plus 30 runs of the fastest time seen."""
+        seen = [t.seconds for t in self.trials if t.status == "ok" and t.seconds]
+        generous = STATIC_TIMEOUT if not seen else self.timeout + 30 * min(seen)
         if self.deadline.bounded:
             generous = min(generous, max(0.5, self.deadline.remaining() - self.reserve))
         return generous

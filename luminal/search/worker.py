@@ -70,6 +70,7 @@ def main() -> None:
     channel = os.dup(1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
+    write_message(channel, {"status": "ready"})
     while True:
         request = read_message(0)
         if request is None:
