@@ -149,6 +149,13 @@ class Optimizer:
     def _update(self, index: int, p: GraphTensor, g: GraphTensor, t: GraphTensor) -> GraphTensor:
         raise NotImplementedError
 
+    def _l2_gradient(self, p: GraphTensor, g: GraphTensor) -> GraphTensor:
+        """The gradient torch's SGD/Adam/RMSprop step with: negated under `maximize`,
+        plus L2 weight decay `weight_decay * p`."""
+        if self.maximize:
+            g = -g
+        return g + p * self.weight_decay if self.weight_decay != 0 else g
+
     def apply(self) -> None:
         """After `execute()`: make the new parameters and state the inputs of the next
         run by handing over the output arrays (no copy, no math in Python)."""
@@ -164,7 +171,29 @@ class Optimizer:
         return f"{type(self).__name__}({len(self.params)} params, {values})"
 
 
-class SGD(Optimizer):
+class _Momentum:
+    """A momentum hyperparameter held as a graph input (a schedule may change it); a
+    graph built without momentum has no buffer, so it cannot be turned on later."""
+
+    def _init_momentum(self, momentum: float) -> None:
+        self.has_momentum = momentum != 0
+        if self.has_momentum:
+            self._scalar("momentum", momentum)
+
+    @property
+    def momentum(self) -> float:
+        return self._values.get("momentum", 0.0)
+
+    @momentum.setter
+    def momentum(self, value: float) -> None:
+        if not self.has_momentum:
+            raise LuminalError(
+                f"{type(self).__name__}: built without momentum; its graph has no momentum buffer"
+            )
+        self._scalar("momentum", value)
+
+
+class SGD(_Momentum, Optimizer):
     """torch.optim.SGD: momentum (with dampening, Nesterov), L2 weight decay, maximize.
     The first step's momentum buffer is the gradient itself, as in torch."""
 
@@ -187,25 +216,10 @@ class SGD(Optimizer):
         self.weight_decay = weight_decay
         self.nesterov = nesterov
         self.maximize = maximize
-        self.has_momentum = momentum != 0
-        if self.has_momentum:
-            self._scalar("momentum", momentum)
-
-    @property
-    def momentum(self) -> float:
-        return self._values.get("momentum", 0.0)
-
-    @momentum.setter
-    def momentum(self, value: float) -> None:
-        if not self.has_momentum:
-            raise LuminalError("SGD: built without momentum; its graph has no momentum buffer")
-        self._scalar("momentum", value)
+        self._init_momentum(momentum)
 
     def _update(self, index: int, p: GraphTensor, g: GraphTensor, t: GraphTensor) -> GraphTensor:
-        if self.maximize:
-            g = -g
-        if self.weight_decay != 0:
-            g = g + p * self.weight_decay
+        g = self._l2_gradient(p, g)
         if self.has_momentum:
             momentum = self._scalars["momentum"]
             buf = self._state("momentum_buffer", index)
@@ -254,13 +268,12 @@ class Adam(Optimizer):
     def _update(self, index: int, p: GraphTensor, g: GraphTensor, t: GraphTensor) -> GraphTensor:
         s = self._scalars
         lr = s["lr"]
-        if self.maximize:
-            g = -g
-        if self.weight_decay != 0:
-            if self.decoupled:
+        if self.decoupled:  # AdamW: decay the weights, not the gradient
+            g = -g if self.maximize else g
+            if self.weight_decay != 0:
                 p = p * (1.0 - lr * self.weight_decay)
-            else:
-                g = g + p * self.weight_decay
+        else:
+            g = self._l2_gradient(p, g)
         m, v = self._state("exp_avg", index), self._state("exp_avg_sq", index)
         m = self._carried("exp_avg", index, m + (g - m) * s["one_minus_beta1"])  # lerp
         v = self._carried("exp_avg_sq", index, v * s["beta2"] + g * g * s["one_minus_beta2"])
@@ -291,7 +304,7 @@ class AdamW(Adam):
         super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize)
 
 
-class RMSprop(Optimizer):
+class RMSprop(_Momentum, Optimizer):
     """torch.optim.RMSprop: smoothing `alpha`, `eps` added after the square root,
     optional momentum buffer and centered variance, L2 weight decay."""
 
@@ -317,26 +330,11 @@ class RMSprop(Optimizer):
         self.weight_decay = weight_decay
         self.centered = centered
         self.maximize = maximize
-        self.has_momentum = momentum > 0
-        if self.has_momentum:
-            self._scalar("momentum", momentum)
-
-    @property
-    def momentum(self) -> float:
-        return self._values.get("momentum", 0.0)
-
-    @momentum.setter
-    def momentum(self, value: float) -> None:
-        if not self.has_momentum:
-            raise LuminalError("RMSprop: built without momentum; its graph has no buffer")
-        self._scalar("momentum", value)
+        self._init_momentum(momentum)
 
     def _update(self, index: int, p: GraphTensor, g: GraphTensor, t: GraphTensor) -> GraphTensor:
         lr = self._scalars["lr"]
-        if self.maximize:
-            g = -g
-        if self.weight_decay != 0:
-            g = g + p * self.weight_decay
+        g = self._l2_gradient(p, g)
         square = self._state("square_avg", index)
         square = square * self.alpha + g * g * (1.0 - self.alpha)
         square = self._carried("square_avg", index, square)
