@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from luminal import ops
+from luminal.backends.cpu.blas import TRANS, _group, _matrix, classify
 from luminal.backends.cpu.codegen import KernelSource, _finish_source
 from luminal.backends.cpu.lowering import Lowering
 from luminal.backends.cpu.matmul_codegen import render_matmul
@@ -52,76 +53,49 @@ class MatmulProblem:
     b_offset: int
 
 
-def _merge_axes(axes: list[int], shape, tables) -> tuple | None:  # noqa: ANN001
-    """(merged size, innermost axis) of adjacent axes that are row-major in every stride
-    table; (None, None) for no axes; None when they cannot merge."""
-    if not axes:
-        return None, None
-    if axes != list(range(axes[0], axes[-1] + 1)):
-        return None
-    size = shape[axes[0]]
-    for outer, inner in zip(axes, axes[1:], strict=False):
-        size = size * shape[inner]
-        if any(table[outer] != table[inner] * shape[inner] for table in tables):
-            return None
-    return size, axes[-1]
-
-
 def _int(expr) -> int | None:  # noqa: ANN001 - an Expr
     return expr.as_int()
 
 
 def matmul_problem(node: Node) -> MatmulProblem | None:
-    """The product's sizes and layouts, or None when it is not a plain matrix product."""
-    if not isinstance(node.op, Contract) or node.dtype != DType.float32:
+    """The product's sizes and layouts, or None unless it is a plain matrix product BLAS
+    would read in place (the same axis classes and matrix tests as `blas.py`), with
+    concrete sizes and the output laid out as (M rows, N columns)."""
+    if type(node.op) is not Contract or node.dtype != DType.float32:
         return None
     a_edge, b_edge = node.inputs
-    if a_edge.view.mask is not None or b_edge.view.mask is not None:
+    views = (a_edge.view, b_edge.view)
+    if any(v.mask is not None for v in views):
         return None
-    shape, axis = a_edge.view.shape, node.op.axis
+    shape = tuple(a_edge.view.shape)
     if any(_int(d) is None for d in shape):
         return None
-    sa, sb = a_edge.view.strides, b_edge.view.strides
-    m_axes, n_axes = [], []
-    for d in range(len(shape)):
-        if d == axis or shape[d] == 1:
-            continue
-        a_var, b_var = sa[d] != 0, sb[d] != 0
-        if a_var == b_var:
-            return None  # a batch axis (or a broadcast of both)
-        (m_axes if a_var else n_axes).append(d)
-    out_axes = [d for d in range(len(shape)) if d != axis]
+    axes = classify(shape, node.op.summed, views)
+    if axes is None or axes.batch or len(axes.k) != 1:
+        return None
+    (k_axis,) = axes.k
+    out_axes = [d for d in range(len(shape)) if d != k_axis]
     out_strides = dict(zip(out_axes, contiguous_strides(node.shape), strict=True))
-    m_group = _merge_axes(m_axes, shape, (sa, out_strides))
-    n_group = _merge_axes(n_axes, shape, (sb, out_strides))
-    if m_group is None or n_group is None or (m_axes and n_axes and m_axes[0] > n_axes[0]):
+    groups = [_group(axes.m, shape, out_strides), _group(axes.n, shape, out_strides)]
+    a_rows, b_cols = (
+        _group(axes.m, shape, views[0].strides),
+        _group(axes.n, shape, views[1].strides),
+    )
+    if any(g is None for g in (*groups, a_rows, b_cols)):
+        return None
+    (m, sc_m), (n, sc_n) = groups
+    if (axes.m and sc_m != n) or (axes.n and sc_n != 1):
         return None  # the output is not (M rows, N columns) row-major
-    m = _int(m_group[0]) if m_group[0] is not None else 1
-    n = _int(n_group[0]) if n_group[0] is not None else 1
-    k = _int(shape[axis])
-    strides = [_int(s) for s in (sa[axis], sb[axis])]
-    sa_m = _int(sa[m_group[1]]) if m_group[1] is not None else None
-    sb_n = _int(sb[n_group[1]]) if n_group[1] is not None else None
-    offsets = _int(a_edge.view.offset), _int(b_edge.view.offset)
-    if None in (m, n, k, *strides, *offsets) or k < 1:
+    k = shape[k_axis]
+    a = _matrix(m, k, a_rows[1], views[0].strides[k_axis])
+    b = _matrix(k, n, views[1].strides[k_axis], b_cols[1])
+    if a is None or b is None:
         return None
-    if strides[0] == 1:
-        a_trans, lda = False, sa_m if sa_m is not None else k
-    elif sa_m == 1:
-        a_trans, lda = True, strides[0]
-    else:
+    values = [_int(x) for x in (m, n, k, a[1], b[1], views[0].offset, views[1].offset)]
+    if any(v is None for v in values):
         return None
-    if sb_n == 1 or sb_n is None:
-        b_trans, ldb = False, strides[1]
-        if sb_n is None:
-            ldb = 1
-    elif strides[1] == 1:
-        b_trans, ldb = True, sb_n
-    else:
-        return None
-    if lda < (m if a_trans else k) or ldb < (k if b_trans else n):
-        return None
-    return MatmulProblem(m, n, k, a_trans, b_trans, lda, ldb, offsets[0], offsets[1])
+    m_, n_, k_, lda, ldb, a_offset, b_offset = values
+    return MatmulProblem(m_, n_, k_, a[0] == TRANS, b[0] == TRANS, lda, ldb, a_offset, b_offset)
 
 
 @dataclass(frozen=True)
