@@ -78,4 +78,24 @@ def test_batched_and_symbolic_products_are_not_offered() -> None:
 
 def test_every_searched_schedule_is_valid() -> None:
     assert len({s.key() for s in SEARCHED_SCHEDULES}) == len(SEARCHED_SCHEDULES)
-    assert match_epilogue  # imported for the public surface of the module
+
+
+def test_epilogue_recognised_from_a_linear_layer() -> None:
+    rng = np.random.default_rng(0)
+    cx = lm.Graph()
+    x = cx.tensor((8, 16)).set(rng.uniform(-1, 1, (8, 16)).astype(np.float32))
+    linear = lm.nn.Linear(cx, 16, 4)
+    for p in linear.parameters():
+        p.set(rng.uniform(-1, 1, tuple(int(d) for d in p.shape)).astype(np.float32))
+    residual = cx.tensor((8, 4)).set(rng.uniform(-1, 1, (8, 4)).astype(np.float32))
+    (linear(x) + residual).relu().retrieve()
+    space = _space(cx)
+    lowering = space.lowering({})
+    contract = next(n for n in cx.nodes.values() if type(n.op).__name__ == "Contract")
+    fused = match_epilogue(lowering, contract.id)
+    assert fused is not None
+    assert (fused.epilogue.bias, fused.epilogue.activation, fused.epilogue.residual) == (
+        "row",
+        "relu",
+        True,
+    )

@@ -112,18 +112,14 @@ def _is_buffer(graph: Graph, lowering: Lowering, node_id: int) -> bool:
     return node_id in lowering.materialised or isinstance(graph.nodes[node_id].op, ops.Input)
 
 
-def match_epilogue(lowering: Lowering, product: int, m: int, n: int) -> FusedEpilogue | None:
+def match_epilogue(lowering: Lowering, product: int) -> FusedEpilogue | None:
     """The single reader of `product` when it computes relu?(product + bias + residual)
     with a row (length-N) bias and/or an M x N residual, all float32 buffers."""
     graph = lowering.graph
-    readers = [
-        node_id
-        for node_id, node in graph.nodes.items()
-        if any(e.source == product for e in node.inputs)
-    ]
+    readers = graph.readers()[product]
     consumer_kernel = None
     for head, kernel in lowering.kernels.items():
-        if readers and set(readers) <= set(kernel.nodes) and head in lowering.materialised:
+        if readers and readers <= set(kernel.nodes) and head in lowering.materialised:
             consumer_kernel = (head, kernel)
     if consumer_kernel is None or product in graph.output_roots():
         return None
@@ -271,7 +267,7 @@ def matmul_options(lowering: Lowering, node_id: int, dims: dict[str, int]) -> li
     problem = matmul_problem(lowering.graph.nodes[node_id])
     if problem is None or node_id not in lowering.kernels:
         return []
-    fusable = match_epilogue(lowering, node_id, problem.m, problem.n) is not None
+    fusable = match_epilogue(lowering, node_id) is not None
     options = []
     for schedule in SEARCHED_SCHEDULES:
         options.append(KernelOption(f"gen:{schedule.key()}", _apply(problem, schedule, False)))
@@ -284,7 +280,7 @@ def matmul_options(lowering: Lowering, node_id: int, dims: dict[str, int]) -> li
 
 def _apply(problem: MatmulProblem, schedule: MatmulSchedule, fuse: bool):  # noqa: ANN202
     def apply(lowering: Lowering, node_id: int) -> None:
-        fused = match_epilogue(lowering, node_id, problem.m, problem.n) if fuse else None
+        fused = match_epilogue(lowering, node_id) if fuse else None
         if fuse and fused is None:
             raise CompileError(f"search: the reader of node {node_id} is no longer fusable")
         kernel = generated_kernel(lowering, node_id, problem, schedule, fused)
