@@ -14,7 +14,14 @@ from luminal.compiler.passes import GenericCompiler
 from luminal.graph import Graph
 from luminal.search.strategy import Config, Site
 
-PROGRAM_PREFIX = "program"
+PROGRAM_PREFIX = "program"  # option names: program0 (the static-cost best), program1, ...
+REGION_PREFIX = "region"  # site keys: region0, region1, ... (distinct regions in order)
+
+
+def split_config(config: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """(program choices, everything else) of a configuration or a site table."""
+    program = {k: v for k, v in config.items() if k.startswith(REGION_PREFIX)}
+    return program, {k: v for k, v in config.items() if k not in program}
 
 
 class ProgramAlternatives:
@@ -41,7 +48,7 @@ class ProgramAlternatives:
 
         EGraphCompiler(self.rulesets, choose=record).compile(copy.deepcopy(graph))
         self.sites = [
-            Site(f"region{i}", [f"{PROGRAM_PREFIX}{j}" for j in range(len(programs))], 1.0)
+            Site(f"{REGION_PREFIX}{i}", [f"{PROGRAM_PREFIX}{j}" for j in range(len(programs))], 1.0)
             for i, programs in enumerate(self.alternatives)
             if len(programs) > 1
         ]
@@ -58,7 +65,7 @@ class ProgramAlternatives:
         these alternatives were enumerated from, or a copy of it)."""
 
         def chosen(compiler: EGraphCompiler, index: int, program: Program) -> Program:
-            option = config.get(f"region{index}", f"{PROGRAM_PREFIX}0")
+            option = config.get(f"{REGION_PREFIX}{index}", f"{PROGRAM_PREFIX}0")
             return self.alternatives[index][int(option.removeprefix(PROGRAM_PREFIX))]
 
         graph.compile(EGraphCompiler(self.rulesets, choose=chosen))

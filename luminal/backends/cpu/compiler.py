@@ -21,6 +21,12 @@ from typing import Any
 from luminal.backends.cpu import toolchain
 from luminal.backends.cpu.lowering import assemble, lower, lower_kernels
 from luminal.backends.cpu.runtime import CompiledGraph
+from luminal.backends.cpu.tuning import (
+    SPACE_VERSION,
+    CpuSearchSpace,
+    ProgramSpace,
+    without_inputs,
+)
 from luminal.backends.cpu.verify import (
     check_inputs,
     output_views,
@@ -34,7 +40,7 @@ from luminal.graph import Graph
 from luminal.search.budget import Deadline, TimeBudget
 from luminal.search.cache import SearchCache, SearchRecord, cpu_model, luminal_version, search_key
 from luminal.search.fingerprint import graph_fingerprint
-from luminal.search.programs import ProgramAlternatives
+from luminal.search.programs import ProgramAlternatives, split_config
 from luminal.search.strategy import BeamSearch
 
 __all__ = ["CPUCompiler", "assemble", "lower", "lower_kernels"]
@@ -110,8 +116,6 @@ class CPUCompiler:
     ) -> CompiledGraph:
         """Two stages on one clock: the e-graph's alternative programs (static kernels),
         then the kernel sites of the chosen program. A cached record skips both."""
-        from luminal.backends.cpu.tuning import SPACE_VERSION, CpuSearchSpace, ProgramSpace
-
         saved_inputs = dict(graph.input_data)
         dims = check_inputs(graph, reference)
         try:
@@ -135,12 +139,12 @@ class CPUCompiler:
             ):
                 record = None  # a search cut short by a budget does not stand for "optimal"
             stages = _Stages(self, reference, deadline)
-            program = _only(record.chosen, "region") if record is not None else {}
+            program = split_config(record.chosen)[0] if record is not None else {}
             if record is not None and not program:
                 # a cached static program: no alternatives to enumerate
                 graph.compile(EGraphCompiler(rulesets=RULESETS))
                 graph.compile(GenericCompiler())
-                program_sites = _only(record.sites, "region")
+                program_sites = split_config(record.sites)[0]
             else:
                 alternatives = ProgramAlternatives(graph, RULESETS, seed=self.seed)
                 if record is None or not alternatives.valid(program):
@@ -159,7 +163,7 @@ class CPUCompiler:
                 if self.cache:
                     store.store(record)
             self.search_record = record
-            return space.compiled(_only(record.chosen, "", exclude="region"))
+            return space.compiled(split_config(record.chosen)[1])
         finally:
             graph.input_data.clear()
             graph.input_data.update(saved_inputs)
@@ -173,19 +177,11 @@ class CPUCompiler:
 def _unsendable(graph: Graph) -> str | None:
     """Why candidates of this graph cannot go to the measuring process, if they cannot
     (a Python function op that does not pickle, such as a closure from `print`)."""
-    try:
-        pickle.dumps(graph)
+    try:  # the input arrays travel separately (and numpy arrays always pickle)
+        pickle.dumps(without_inputs(graph))
     except (pickle.PicklingError, AttributeError, TypeError) as error:
         return f"the graph holds a Python object the measuring process cannot receive ({error})"
     return None
-
-
-def _only(config: dict[str, str], prefix: str, exclude: str | None = None) -> dict[str, str]:
-    return {
-        k: v
-        for k, v in config.items()
-        if k.startswith(prefix) and not (exclude and k.startswith(exclude))
-    }
 
 
 class _Stages:

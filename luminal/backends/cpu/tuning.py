@@ -222,7 +222,7 @@ def shared_inputs(graph: Graph) -> tuple[str, bytes]:
     return uuid.uuid4().hex, pickle.dumps(graph.input_data, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def _without_inputs(graph: Graph) -> Graph:
+def without_inputs(graph: Graph) -> Graph:
     """A shallow copy without input arrays: what one candidate sends."""
     light = copy.copy(graph)
     light.input_data = {}
@@ -252,7 +252,7 @@ def prepare_candidates(
         except LuminalError as failure:
             return Prepared(config, error=str(failure))
         graph, compiled = candidate
-        payload = pickle.dumps((_without_inputs(graph), compiled))
+        payload = pickle.dumps((without_inputs(graph), compiled))
         return Prepared(config, payload=payload, shared=shared)
 
     with ThreadPoolExecutor(max_workers=max(1, toolchain._cpu_count())) as pool:
