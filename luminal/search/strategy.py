@@ -14,7 +14,7 @@ import contextlib
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -65,11 +65,10 @@ class Expected:
 
 @dataclass
 class SearchResult:
+    """The chosen configuration (relative to the stage's context) and why the search
+    ended; times are read from the trials, which hold every measurement."""
+
     best: Config
-    best_seconds: float
-    baseline_seconds: float
-    trials: list[Trial] = field(default_factory=list)
-    seconds: float = 0.0
     stopped_by: str = "space exhausted"
 
 
@@ -226,8 +225,7 @@ class BeamSearch:
             self._evaluate([{}], None, done)
         if not done or (done[0][0].status == "timeout" and self.deadline.expired(self.reserve)):
             # the budget does not even cover timing the static program: keep it unmeasured
-            nan = float("nan")
-            return SearchResult({}, nan, nan, self.trials, self.deadline.elapsed(), "time budget")
+            return SearchResult({}, "time budget")
         ((baseline, _),) = done
         if baseline.status != "ok":
             from luminal.errors import CompileError
@@ -259,17 +257,10 @@ class BeamSearch:
             beam = pool[: self.beam]
             if stopped_by == "time budget":
                 break
-        best_seconds, best = beam[0]
-        if best:
-            best, best_seconds = self._confirm(best)
-        static = self._static_seconds()
-        if not best:
-            best_seconds = static
-        return SearchResult(
-            best, best_seconds, static, self.trials, self.deadline.elapsed(), stopped_by
-        )
+        best = beam[0][1]
+        return SearchResult(self._confirm(best) if best else {}, stopped_by)
 
-    def _confirm(self, best: Config) -> tuple[Config, float]:
+    def _confirm(self, best: Config) -> Config:
         """Re-time the winner and the static configuration side by side, interleaved
         (when time is left). The winner is kept only if it beats the static one both in
         this round, where both met the same machine, and over every measurement."""
@@ -286,12 +277,12 @@ class BeamSearch:
             and side_by_side["static"]
             and min(side_by_side["winner"]) < min(side_by_side["static"])
         ):
-            return {}, self._static_seconds()
+            return {}
         full = {**self.context, **best}
         winner = [t.seconds for t in self.trials if t.config == full and t.status == "ok"]
         if not winner or min(winner) >= self._static_seconds():
-            return {}, self._static_seconds()
-        return best, min(winner)
+            return {}
+        return best
 
 
 class _OutOfTime(Exception):
