@@ -91,3 +91,14 @@ def assert_matches_torch(
         atol=atol,
         rtol=rtol,
     )
+
+
+def gaussian_blobs(
+    n: int, features: int, spread: float, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """Three separable classes: (x (n, features) float32, labels (n,) int32)."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 3, n).astype(np.int32)
+    centers = rng.standard_normal((3, features)).astype(np.float32) * spread
+    x = centers[y] + rng.standard_normal((n, features)).astype(np.float32) * 0.5
+    return x.astype(np.float32), y

@@ -21,15 +21,12 @@ from luminal.training import (
     plot_history,
     schedules,
 )
+from tests.conftest import gaussian_blobs
 
 
 def toy_data(n: int = 96, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Three Gaussian blobs in 4-D: linearly separable classes."""
-    rng = np.random.default_rng(seed)
-    y = rng.integers(0, 3, n).astype(np.int32)
-    centers = rng.standard_normal((3, 4)).astype(np.float32) * 3
-    x = centers[y] + rng.standard_normal((n, 4)).astype(np.float32) * 0.5
-    return x.astype(np.float32), y
+    return gaussian_blobs(n, 4, 3.0, seed)
 
 
 def mlp(cx: lm.Graph, seed: int = 0) -> lm.nn.Sequential:

@@ -11,6 +11,7 @@ import torch
 
 import luminal as lm
 from luminal.training import SGD, Adam, GradScaler, TrainStep, autocast, losses
+from tests.conftest import gaussian_blobs
 
 STEPS = 20
 # overflowing steps are the point here: numpy's warnings about them are expected
@@ -18,11 +19,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered", "ignore:i
 
 
 def toy_data(n: int = 64, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    y = rng.integers(0, 3, n).astype(np.int32)
-    centers = rng.standard_normal((3, 8)).astype(np.float32) * 2
-    x = centers[y] + rng.standard_normal((n, 8)).astype(np.float32) * 0.5
-    return x.astype(np.float32), y
+    return gaussian_blobs(n, 8, 2.0, seed)
 
 
 def mlp_step(mixed_precision=None, optimizer=None, compiler=None, **kwargs):
