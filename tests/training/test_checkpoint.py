@@ -50,6 +50,15 @@ def torch_mlp_grads(blocks, x: np.ndarray) -> list[np.ndarray]:
     return [g.numpy() for g in torch.autograd.grad((h * h).mean(), params)]
 
 
+def gradients(cx: lm.Graph, params: list[lm.GraphTensor], loss: lm.GraphTensor) -> list:
+    """d loss / d params on the reference runtime, as arrays."""
+    out = cx.compile(Autograd(params, loss))
+    for g in out:
+        g.retrieve()
+    cx.execute()
+    return [g.numpy() for g in out]
+
+
 def test_deep_mlp_checkpointed_gradients_match_and_peak_is_lower() -> None:
     results = {}
     for segments in (None, SEGMENTS):
@@ -122,11 +131,7 @@ def test_gradients_bit_identical_with_and_without_checkpoint(nested: bool) -> No
             else:
                 h = checkpoint(transformer_block, h, w1, w2, scale=scale)
                 h = checkpoint(transformer_block, h, w1, w2, scale=scale)
-        out = cx.compile(Autograd([x, w1, w2, scale], (h * h).sum()))
-        for g in out:
-            g.retrieve()
-        cx.execute()
-        return [g.numpy() for g in out]
+        return gradients(cx, [x, w1, w2, scale], (h * h).sum())
 
     for ours, theirs in zip(grads(True), grads(False), strict=True):
         np.testing.assert_array_equal(ours, theirs)
@@ -146,11 +151,7 @@ def test_multiple_outputs_and_captured_tensors() -> None:
             return s * t, (s + 1.0).log()
 
         p, q = checkpoint(fn, a) if use_checkpoint else fn(a)
-        out = cx.compile(Autograd([a, b], (p * q).sum() + q.sum()))
-        for g in out:
-            g.retrieve()
-        cx.execute()
-        return [g.numpy() for g in out]
+        return gradients(cx, [a, b], (p * q).sum() + q.sum())
 
     for ours, theirs in zip(grads(True), grads(False), strict=True):
         np.testing.assert_array_equal(ours, theirs)
