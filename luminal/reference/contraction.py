@@ -15,6 +15,9 @@ def contract(a: np.ndarray, b: np.ndarray, axis: int) -> np.ndarray:
     """sum(a * b, axis) for equally shaped (possibly stride-0 broadcast) arrays."""
     ndim = a.ndim
     shape = a.shape
+    if 0 in shape:  # an empty operand: every sum is over nothing (or there is none)
+        out_shape = shape[:axis] + shape[axis + 1 :]
+        return np.zeros(out_shape, np.result_type(a.dtype, b.dtype))
 
     def broadcast_in(x: np.ndarray, d: int) -> bool:
         return x.strides[d] == 0 or shape[d] == 1

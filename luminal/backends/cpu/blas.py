@@ -184,8 +184,8 @@ def blas_contract_kernel(
     call = (
         f"{_sgemm()}({ROW_MAJOR}, {t1}, {t2}, (int)({c_expr(rows_c)}), (int)({c_expr(cols_c)}), "
         f"(int)({c_expr(k)}), 1.0f, {first.pointer} + {c_expr(first.offset)}, "
-        f"(int)({c_expr(first.ld)}), {second.pointer} + {c_expr(second.offset)}, "
-        f"(int)({c_expr(second.ld)}), 0.0f, b0 + {c_expr(c_off)}, (int)({c_expr(ldc)}));"
+        f"{_leading(first.ld)}, {second.pointer} + {c_expr(second.offset)}, "
+        f"{_leading(second.ld)}, 0.0f, b0 + {c_expr(c_off)}, {_leading(ldc)});"
     )
     body = call
     if not axes.batch:
@@ -209,6 +209,13 @@ def blas_contract_kernel(
 # threads; each thread then takes a slice of K and the slices' partial sums are added
 SPLIT_K_MAX_OUTPUT = 4096
 SPLIT_K_MIN_K = 4096
+
+
+def _leading(ld: Expr) -> str:
+    """A leading dimension as BLAS requires it, at least 1 (a symbolic size of 0 would
+    make sgemm reject the call and leave the output unwritten)."""
+    text = c_expr(ld)
+    return f"(int)(({text}) > 1 ? ({text}) : 1)"
 
 
 def _split_k(

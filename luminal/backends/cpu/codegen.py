@@ -361,6 +361,10 @@ def _short_reduce(w: KernelWriter, node: Node, args: list[str], idx: list[Expr])
     terms = [
         w.edge(edge, idx[:axis] + [sym(k)] + idx[axis:]) for k in range(int(edge.view.shape[axis]))
     ]
+    if not terms:  # an empty axis: the identity, as the reference runtime gives
+        if isinstance(node.op, ops.SumReduce):
+            return "0.0f" if node.dtype.is_float else "0"
+        return "(-INFINITY)" if node.dtype.is_float else "(-2147483647 - 1)"
     if isinstance(node.op, ops.SumReduce):
         return "(" + " + ".join(terms) + ")"
     combine = "lm_max_nan" if node.dtype.is_float else "lm_max_int"
