@@ -356,8 +356,10 @@ def _floor_divide(a: GraphTensor, b: GraphTensor) -> GraphTensor:
     if a.dtype.is_float:
         quotient = (a - a % b) * b.reciprocal()
         return quotient - quotient % 1 + (quotient % 1).ge(0.5)  # round the exact quotient
-    exact = (a - a % b).cast(float32) * b.cast(float32).reciprocal() + 0.5
-    return (exact - exact % 1).cast(a.dtype)
+    zero = b.eq(0)  # x // 0 is 0, as in numpy: divide by 1 there, then mask
+    divisor = b + zero
+    exact = (a - a % divisor).cast(float32) * divisor.cast(float32).reciprocal() + 0.5
+    return (exact - exact % 1).cast(a.dtype) * (1 - zero)
 
 
 def _power_by_squaring(base: GraphTensor, n: int) -> GraphTensor:

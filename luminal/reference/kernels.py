@@ -49,7 +49,9 @@ def _input(op: ops.Input, inputs: list[np.ndarray], ctx: KernelContext) -> np.nd
 
 
 def _constant(op: ops.Constant, inputs: list[np.ndarray], ctx: KernelContext) -> np.ndarray:
-    value = op.value.evaluate(ctx.dims) if isinstance(op.value, Expr) else op.value
+    value = op.value
+    if isinstance(value, Expr):  # numpy's integer semantics, as in C: x // 0 == x % 0 == 0
+        value = evaluate_array(value, ctx.dims, np.zeros((), dtype=np.int64))
     return np.array(value, dtype=compute_dtype(ctx.dtype))
 
 
@@ -77,8 +79,8 @@ def _binary(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Kernel:
 
 
 def _mod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    if a.dtype.kind == "i" and np.any(b == 0):
-        raise ExecutionError("Mod: integer modulo by zero")
+    """numpy's floor modulo, warnings silenced: integer x % 0 == 0 and INT_MIN % -1 == 0
+    (the compiled runtime computes the same without a trap)."""
     return np.mod(a, b)
 
 
@@ -143,9 +145,20 @@ def _cast(op: ops.Cast, inputs: list[np.ndarray], ctx: KernelContext) -> np.ndar
     if op.dtype == DType.bool:
         return x != 0
     if op.dtype == DType.int32 and x.dtype.kind == "f":
-        with np.errstate(invalid="ignore"):
-            return np.trunc(x.astype(np.float64)).astype(np.int32)
+        return float_to_int32(x)
     return x.astype(op.dtype.numpy).astype(compute_dtype(op.dtype))
+
+
+INT32_MIN = np.iinfo(np.int32).min
+
+
+def float_to_int32(x: np.ndarray) -> np.ndarray:
+    """Truncation toward zero; NaN, infinities and values outside int32 give INT_MIN on
+    every platform (numpy's own cast leaves them to the CPU: INT_MIN on x86, saturated on
+    ARM), as the compiled runtime does."""
+    truncated = np.trunc(x.astype(np.float64))
+    inside = (truncated >= INT32_MIN) & (truncated <= np.iinfo(np.int32).max)
+    return np.where(inside, truncated, INT32_MIN).astype(np.int32)
 
 
 def _function(op: ops.Function, inputs: list[np.ndarray], ctx: KernelContext) -> np.ndarray:
@@ -222,4 +235,5 @@ def _atom_array(atom: Atom, dims: Mapping[str, int], z: np.ndarray) -> Any:
         "and": lambda x, y: ((x != 0) & (y != 0)).astype(z.dtype),
         "or": lambda x, y: ((x != 0) | (y != 0)).astype(z.dtype),
     }
-    return table[atom.op](a, b)
+    with np.errstate(divide="ignore"):  # a dim of 0 as divisor gives 0, never raises
+        return table[atom.op](a, b)

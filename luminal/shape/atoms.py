@@ -129,13 +129,27 @@ def _render_atom(atom: Atom, c_syntax: bool, bare: bool = False) -> str:
             return f"{atom.op}({a}, {b})"
         sign = "<" if atom.op == "min" else ">"
         return f"({a} {sign} {b} ? {a} : {b})"
-    if c_syntax and atom.op in ("floordiv", "mod") and atom.args[0].bounds()[0] < 0:
-        # C's / and % truncate toward zero; rebuild floor semantics (divisor > 0)
-        if atom.op == "floordiv":
-            return f"({a} >= 0 ? {a} / {b} : ({a} + 1) / {b} - 1)"
-        return f"(({a} % {b} + {b}) % {b})"
+    if c_syntax and atom.op in ("floordiv", "mod"):
+        return _c_division(atom, a, b, bare)
     text = f"{a} {(_C_INFIX if c_syntax else _INFIX)[atom.op]} {b}"
     return text if bare else f"({text})"
+
+
+def _c_division(atom: Atom, a: str, b: str, bare: bool) -> str:
+    """C's / and % truncate toward zero: floor semantics are rebuilt where the numerator
+    may be negative (the divisor is positive). A divisor that is not a constant (a dim)
+    may be 0 at run time: the result is then 0, as numpy gives, never a SIGFPE."""
+    if atom.args[0].bounds()[0] < 0:
+        if atom.op == "floordiv":
+            text = f"({a} >= 0 ? {a} / {b} : ({a} + 1) / {b} - 1)"
+        else:
+            text = f"(({a} % {b} + {b}) % {b})"
+    else:
+        text = f"{a} {_C_INFIX[atom.op]} {b}"
+        text = text if bare else f"({text})"
+    if atom.args[1].as_int() is None:
+        return f"({b} != 0 ? {text} : 0)"
+    return text
 
 
 def render(expr: Expr, c_syntax: bool, top: bool = False) -> str:

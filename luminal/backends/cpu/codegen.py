@@ -54,10 +54,20 @@ static inline float lm_fmod_floor(float a, float b) {
 }
 static inline float lm_max_nan(float a, float b) { return (b > a || b != b) ? b : a; }
 static inline int lm_max_int(int a, int b) { return b > a ? b : a; }
+/* integer semantics are numpy's and never trap: x % 0 == 0 and INT_MIN % -1 == 0 (C's %
+   raises SIGFPE for both); a divisor of 0 or -1 is replaced by 1, whose remainder is 0 too */
 static inline int lm_imod_floor(int a, int b) {
-    int r = a % b;
+    int r = a % ((b == 0) | (b == -1) ? 1 : b);
     return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
+/* float -> int32 truncates; NaN, infinities and values outside int32 give INT_MIN (what
+   numpy, PyTorch and the x86 instruction give; a plain C cast is undefined there) */
+static inline int lm_float_to_int(float x) {
+    return (x >= -2147483648.0f && x < 2147483648.0f) ? (int)x : (-2147483647 - 1);
+}
+/* int32 + and * wrap around as numpy's do (signed overflow is undefined in C) */
+static inline int lm_iadd(int a, int b) { return (int)((unsigned)a + (unsigned)b); }
+static inline int lm_imul(int a, int b) { return (int)((unsigned)a * (unsigned)b); }
 """
 
 # a kernel's outer loop runs on OpenMP threads above this many elements: measured on
@@ -339,7 +349,7 @@ def _cast(w: KernelWriter, node: Node, args: list[str], idx: list[Expr]) -> str:
     if target == DType.bool:
         return f"(({x}) != 0)"
     if target == DType.int32:
-        return f"((int)({x}))"
+        return f"lm_float_to_int({x})" if source.dtype.is_float else f"((int)({x}))"
     if target.is_float and not source.dtype.is_float:
         return f"((float)({x}))"
     if target == DType.float16:
@@ -351,6 +361,15 @@ def _cast(w: KernelWriter, node: Node, args: list[str], idx: list[Expr]) -> str:
 
 def _fn(name: str):  # noqa: ANN202
     return lambda w, node, args, idx: f"{name}({args[0]})"
+
+
+def _arithmetic(symbol: str, wrapping: str):  # noqa: ANN202
+    """Float arithmetic as C operators; int32 through the wrapping helpers."""
+    return lambda w, node, args, idx: (
+        f"{wrapping}({args[0]}, {args[1]})"
+        if node.dtype == DType.int32
+        else f"({args[0]} {symbol} {args[1]})"
+    )
 
 
 def _short_reduce(w: KernelWriter, node: Node, args: list[str], idx: list[Expr]) -> str:
@@ -366,8 +385,11 @@ def _short_reduce(w: KernelWriter, node: Node, args: list[str], idx: list[Expr])
             return "0.0f" if node.dtype.is_float else "0"
         return "(-INFINITY)" if node.dtype.is_float else "(-2147483647 - 1)"
     if isinstance(node.op, ops.SumReduce):
-        return "(" + " + ".join(terms) + ")"
-    combine = "lm_max_nan" if node.dtype.is_float else "lm_max_int"
+        if node.dtype != DType.int32:
+            return "(" + " + ".join(terms) + ")"
+        combine = "lm_iadd"  # int32 wraps, as numpy's sum does
+    else:
+        combine = "lm_max_nan" if node.dtype.is_float else "lm_max_int"
     text = terms[0]
     for term in terms[1:]:
         text = f"{combine}({text}, {term})"
@@ -384,8 +406,8 @@ OP_RENDERERS = {
     ops.Sin: _fn("sinf"),
     ops.Sqrt: _fn("sqrtf"),
     ops.Recip: lambda w, node, args, idx: f"(1.0f / {args[0]})",
-    ops.Add: lambda w, node, args, idx: f"({args[0]} + {args[1]})",
-    ops.Mul: lambda w, node, args, idx: f"({args[0]} * {args[1]})",
+    ops.Add: _arithmetic("+", "lm_iadd"),
+    ops.Mul: _arithmetic("*", "lm_imul"),
     ops.Mod: lambda w, node, args, idx: (
         f"lm_fmod_floor({args[0]}, {args[1]})"
         if node.dtype.is_float
