@@ -1,8 +1,14 @@
 """Runs candidates in a separate measuring process (`worker.py`), so that a kernel that
-segfaults, aborts or never returns costs one candidate, not the user's process."""
+segfaults, aborts or never returns costs one candidate, not the user's process.
+
+Whatever the child does (fail to start, die, hang, write garbage), `request` answers
+with a reply dict and never raises: the search decides what a failure means."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import math
 import os
 import signal
 import subprocess
@@ -10,9 +16,45 @@ import sys
 import time
 from typing import Any
 
-from luminal.search.protocol import read_message, write_message
+import numpy as np
+
+import luminal
+from luminal.search.protocol import ProtocolError, read_message, write_message
 
 STARTUP = 60.0  # seconds a new measuring process may take to import luminal
+STATUSES = ("ok", "slower", "error")  # what a measuring process itself may answer
+
+# Run by `python -I -c`: the protocol keeps the original stdout (anything printed while
+# importing, or by a kernel, goes to stderr), the path is the parent's (argv[1]).
+BOOTSTRAP = """\
+import json, os, sys
+channel = os.dup(1)
+os.dup2(2, 1)
+sys.path[:] = json.loads(sys.argv[1])
+from luminal.search.worker import main
+main(channel)
+"""
+
+
+def worker_path() -> list[str]:
+    """The measuring process's sys.path: the directory holding the luminal package this
+    process runs first, then this process's path, with entries relative to the working
+    directory ('' included) made absolute and put last, so that nothing the working
+    directory holds shadows an installed package (a stray ./luminal above all)."""
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(luminal.__file__)))
+    fixed = [p for p in sys.path if p and os.path.isabs(p)]
+    relative = [os.path.abspath(p) for p in sys.path if not (p and os.path.isabs(p))]
+    path: list[str] = []
+    for entry in [package_root, *fixed, *relative]:
+        if entry not in path:
+            path.append(entry)
+    return path
+
+
+def worker_command() -> list[str]:
+    """This interpreter, isolated (`-I`: no PYTHON* variables, no user site, neither the
+    working directory nor a script directory on sys.path), running the worker."""
+    return [sys.executable, "-I", "-c", BOOTSTRAP, json.dumps(worker_path())]
 
 
 class MeasuringProcess:
@@ -23,53 +65,109 @@ class MeasuringProcess:
         self.restarts = 0
         self.ready = False  # whether the current child has said it is ready
         self.shared_token: str | None = None  # what the current child already holds
+        self.start_error: str | None = None  # why the last start failed
 
     def start(self) -> None:
         """Start the child now (it imports luminal while the parent compiles)."""
-        if self.process is not None and self.process.poll() is None:
-            return
+        if self.process is not None:
+            if self.process.poll() is None:
+                return
+            _close_pipes(self.process)  # it ended before it was asked anything
         self.shared_token = None
         self.ready = False
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "luminal.search.worker"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env=os.environ.copy(),
-        )
+        self.start_error = None
+        try:
+            self.process = subprocess.Popen(
+                worker_command(),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                env=os.environ.copy(),
+            )
+        except (OSError, ValueError) as error:
+            self.process = None
+            self.start_error = f"{type(error).__name__}: {error}"
+            return
+        assert self.process.stdin is not None
+        os.set_blocking(self.process.stdin.fileno(), False)  # writes honour the deadline
 
     def request(
-        self, message: dict[str, Any], timeout: float, shared: tuple[str, bytes] | None = None
+        self,
+        message: dict[str, Any],
+        timeout: float,
+        shared: tuple[str, bytes] | None = None,
+        until: float = math.inf,
     ) -> dict[str, Any]:
         """The child's reply, or {"status": "crashed" | "timeout", "detail": ...}.
-        `shared` (token, bytes) goes to the child only when it does not hold it yet."""
+        `shared` (token, bytes) goes to the child only when it does not hold it yet.
+        Nothing waits past `until` (perf_counter): a start-up included."""
         self.start()
         process = self.process
-        message = self.attach_shared(message, shared)
-        assert process is not None and process.stdin is not None and process.stdout is not None
+        if process is None:
+            return {
+                "status": "crashed",
+                "detail": f"could not start the measuring process ({self.start_error})",
+            }
         if not self.ready:  # the child says so once it has imported luminal
-            try:
-                hello = read_message(process.stdout.fileno(), time.perf_counter() + STARTUP)
-            except TimeoutError:
-                hello = None
-            if hello is None:
-                self._kill()
-                return {"status": "crashed", "detail": "the measuring process did not start"}
-            self.ready = True
+            failure = self._await_ready(min(time.perf_counter() + STARTUP, until))
+            if failure is not None:
+                return failure
+        message = self.attach_shared(message, shared)
+        assert process.stdin is not None and process.stdout is not None
+        deadline = min(time.perf_counter() + timeout, until)
         try:
-            write_message(process.stdin.fileno(), message)
-            reply = read_message(process.stdout.fileno(), time.perf_counter() + timeout)
+            write_message(process.stdin.fileno(), message, deadline)
+            reply = read_message(process.stdout.fileno(), deadline)
         except TimeoutError:
             self._kill()
             return {"status": "timeout", "detail": f"no result within {timeout:.1f} s"}
         except (BrokenPipeError, ConnectionResetError):
             reply = None
+        except ProtocolError as error:
+            self._kill()
+            return {"status": "crashed", "detail": f"the measuring process sent {error}"}
         if reply is None:
-            code = process.wait()
-            self.process = None
-            self.restarts += 1
-            return {"status": "crashed", "detail": _describe_exit(code)}
+            return {"status": "crashed", "detail": self._reap()}
+        problem = _malformed(reply)
+        if problem is not None:
+            self._kill()
+            return {"status": "crashed", "detail": f"the measuring process sent {problem}"}
         return reply
+
+    def _await_ready(self, deadline: float) -> dict[str, Any] | None:
+        """None once the child has said it is ready; else the failure as a reply."""
+        assert self.process is not None and self.process.stdout is not None
+        began = time.perf_counter()
+        try:
+            hello = read_message(self.process.stdout.fileno(), deadline)
+        except TimeoutError:
+            self._kill()
+            waited = time.perf_counter() - began
+            return {
+                "status": "timeout",
+                "detail": f"the measuring process did not start within {waited:.1f} s",
+            }
+        except ProtocolError as error:
+            self._kill()
+            return {
+                "status": "crashed",
+                "detail": f"the measuring process sent {error} instead of saying it was ready",
+            }
+        if hello is None:
+            why = self._reap()
+            return {
+                "status": "crashed",
+                "detail": f"the measuring process {why} before it was ready",
+            }
+        if hello != {"status": "ready"}:
+            self._kill()
+            return {
+                "status": "crashed",
+                "detail": f"the measuring process sent "
+                f"{_brief(hello)} instead of saying it was ready",
+            }
+        self.ready = True
+        return None
 
     def attach_shared(
         self, message: dict[str, Any], shared: tuple[str, bytes] | None
@@ -83,10 +181,26 @@ class MeasuringProcess:
         self.shared_token = token
         return {**message, "shared": (token, sent)}
 
+    def _reap(self) -> str:
+        """How the child ended, once its channel closed (killed if it lingers on)."""
+        process, self.process = self.process, None
+        self.restarts += 1
+        assert process is not None
+        try:
+            code = process.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            return "closed its channel and was killed"
+        finally:
+            _close_pipes(process)
+        return _describe_exit(code)
+
     def _kill(self) -> None:
         if self.process is not None:
             self.process.kill()
             self.process.wait()
+            _close_pipes(self.process)
             self.process = None
             self.restarts += 1
 
@@ -95,14 +209,42 @@ class MeasuringProcess:
         if process is None:
             return
         if process.stdin is not None:
-            process.stdin.close()
+            with contextlib.suppress(OSError):
+                process.stdin.close()
         try:
             process.wait(timeout=2)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-        if process.stdout is not None:
-            process.stdout.close()
+        _close_pipes(process)
+
+
+def _close_pipes(process: subprocess.Popen[bytes]) -> None:
+    for pipe in (process.stdin, process.stdout):
+        if pipe is not None:
+            with contextlib.suppress(OSError):
+                pipe.close()
+
+
+def _malformed(reply: Any) -> str | None:
+    """Why `reply` is not an answer a measuring process gives, or None."""
+    if not isinstance(reply, dict) or reply.get("status") not in STATUSES:
+        return f"a malformed reply ({_brief(reply)})"
+    if reply["status"] == "error":
+        return None if isinstance(reply.get("detail", ""), str) else "a malformed error reply"
+    seconds, outputs = reply.get("seconds"), reply.get("outputs")
+    if not isinstance(seconds, float) or not (math.isfinite(seconds) and seconds >= 0):
+        return f"a malformed time ({_brief(seconds)})"
+    if not isinstance(outputs, dict) or not all(
+        isinstance(k, int) and isinstance(v, np.ndarray) for k, v in outputs.items()
+    ):
+        return "malformed outputs"
+    return None
+
+
+def _brief(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _describe_exit(code: int) -> str:

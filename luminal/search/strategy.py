@@ -1,6 +1,8 @@
 """Beam search over a backend's sites (places where a kernel has alternatives).
 
-The static choice of every site is measured first (the baseline). Sites are then taken
+The static choice of every site is measured first (the baseline); when the measuring
+process cannot time it (it dies, hangs or answers garbage), the search ends there and
+keeps the static program, saying why in `stopped_by`. Sites are then taken
 in order of their estimated share of the run time; each state in the beam is extended
 with each alternative of the site, the candidates are compiled in parallel, measured in
 the measuring process and checked against the reference outputs; the `beam` fastest
@@ -11,8 +13,10 @@ result is never slower than the static choice. Same seed, same candidates, same 
 from __future__ import annotations
 
 import contextlib
+import math
 import random
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -20,7 +24,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from luminal.search.budget import Deadline
-from luminal.search.cache import Trial
+from luminal.search.cache import MEASURING_FAILED, Trial
 from luminal.search.measure import MeasuringProcess
 
 STATIC_TIMEOUT = 600.0  # seconds for the static program, which fast mode would run anyway
@@ -141,9 +145,14 @@ class BeamSearch:
         to STATIC_TIMEOUT; others `timeout` plus 30 runs of the fastest time seen."""
         seen = [t.seconds for t in self.trials if t.status == "ok" and t.seconds]
         generous = STATIC_TIMEOUT if not seen else self.timeout + 30 * min(seen)
-        if self.deadline.bounded:
-            generous = min(generous, max(0.5, self.deadline.remaining() - self.reserve))
-        return generous
+        return min(generous, self._budget_left())
+
+    def _budget_left(self) -> float:
+        """Seconds a measurement may still wait, start-up of the measuring process
+        included (at least half a second, so a short budget still tries once)."""
+        if not self.deadline.bounded:
+            return math.inf
+        return max(0.5, self.deadline.remaining() - self.reserve)
 
     def measure(self, prepared: Prepared, best: float | None) -> Trial:
         """Run one candidate in the measuring process and check its outputs. The trial
@@ -166,6 +175,7 @@ class BeamSearch:
                 },
                 self._timeout(best),
                 shared=prepared.shared,
+                until=time.perf_counter() + self._budget_left(),
             )
             status = reply["status"]
             seconds = reply.get("seconds")
@@ -206,6 +216,10 @@ class BeamSearch:
 
     # ------------------------------------------------------------------ searching
     def run(self) -> SearchResult:
+        tried = [t for t in self.trials if t.config == self.context]
+        if tried and not any(t.status == "ok" for t in tried):
+            # an earlier stage measured this starting point and it failed: same outcome
+            return self._fallback(tried[-1])
         self.process.start()
         try:
             return self._run()
@@ -219,21 +233,31 @@ class BeamSearch:
         static = [t.seconds for t in self.trials if t.config == self.context and t.status == "ok"]
         return min(static)
 
+    def _fallback(self, static: Trial) -> SearchResult:
+        """The result when the static program did not run correctly in the measuring
+        process: the budget did not cover timing it, or the measuring process failed
+        (the static program is what `fast` mode runs; the final check in the user's
+        process still compares it with the reference)."""
+        if static.status == "timeout" and self.deadline.expired(self.reserve):
+            return SearchResult({}, "time budget")
+        return SearchResult(
+            {}, f"{MEASURING_FAILED} (static program {static.status}: {static.detail})"
+        )
+
     def _run(self) -> SearchResult:
         done: list[tuple[Trial, Config]] = []
         with contextlib.suppress(_OutOfTime):
             self._evaluate([{}], None, done)
-        if not done or (done[0][0].status == "timeout" and self.deadline.expired(self.reserve)):
-            # the budget does not even cover timing the static program: keep it unmeasured
+        if not done:  # the budget does not even cover compiling the static program
             return SearchResult({}, "time budget")
         ((baseline, _),) = done
         if baseline.status != "ok":
-            from luminal.errors import CompileError
-
-            raise CompileError(
-                f"search: the static program did not run correctly ({baseline.status}: "
-                f"{baseline.detail})"
-            )
+            result = self._fallback(baseline)
+            if result.stopped_by != "time budget":
+                warnings.warn(
+                    f"search: the static program is used: {result.stopped_by}", stacklevel=2
+                )
+            return result
         beam: list[tuple[float, Config]] = [(self._static_seconds(), {})]
         seen = {config_key({})}
         stopped_by = "space exhausted"

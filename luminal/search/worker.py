@@ -1,4 +1,4 @@
-"""The measuring process: `python -m luminal.search.worker`. It receives compiled
+"""The measuring process (started by `measure.worker_command`). It receives compiled
 candidates, runs each on real buffers (warm-up, then the minimum of several timed
 samples) and sends back the times and the outputs. A candidate that crashes or hangs
 takes down only this process; the search notices and starts another."""
@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import importlib
 import math
-import os
 import pickle
-import sys
 import time
 import traceback
 from typing import Any
@@ -65,11 +63,9 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def main() -> None:
-    # the protocol owns the original stdout; anything a kernel prints goes to stderr
-    channel = os.dup(1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
+def main(channel: int) -> None:
+    """Answer requests from stdin on `channel` (the original stdout, which the bootstrap
+    set aside before importing luminal) until stdin closes."""
     write_message(channel, {"status": "ready"})
     while True:
         request = read_message(0)
@@ -81,7 +77,3 @@ def main() -> None:
             reply = {"status": "error", "detail": f"{type(error).__name__}: {error}"}
             traceback.print_exc()
         write_message(channel, reply)
-
-
-if __name__ == "__main__":
-    main()
