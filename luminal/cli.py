@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,20 +14,50 @@ from luminal.search.cache import SearchCache, SearchRecord
 
 
 def _ms(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds * 1e3:.3f} ms"
+    if seconds is None or not math.isfinite(seconds):
+        return "-"
+    return f"{seconds * 1e3:.3f} ms"
+
+
+def _when(created: float) -> str:
+    try:
+        return datetime.datetime.fromtimestamp(created).isoformat(timespec="seconds")
+    except (ValueError, OverflowError, OSError):  # a date no clock gives
+        return "unknown date"
+
+
+def printable(text: str) -> str:
+    """`text` with every character a terminal would act on (escape sequences, carriage
+    returns, bidirectional overrides, ...) written as a Python escape instead."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def _times(record: SearchRecord) -> str:
+    baseline, best = record.baseline_seconds, record.best_seconds
+    if not math.isfinite(baseline):
+        return "  static program not measured"
+    speedup = f" ({baseline / best:.2f}x)" if best > 0 and math.isfinite(best) else ""
+    return f"  static {_ms(baseline)} -> chosen {_ms(best)}{speedup}"
+
+
+def _chosen_note(record: SearchRecord) -> str:
+    if record.chosen:
+        return ""
+    if not record.reusable:
+        return " the static program (the search could not measure it)"
+    return " the static program (nothing measured faster)"
 
 
 def format_record(record: SearchRecord, trials: bool = True) -> str:
-    created = datetime.datetime.fromtimestamp(record.created).isoformat(timespec="seconds")
-    speedup = record.baseline_seconds / record.best_seconds if record.best_seconds else 1.0
     lines = [
         f"search {record.key}  ({record.label})",
-        f"  backend {record.backend}, mode {record.mode}, luminal {record.version}, {created}",
+        f"  backend {record.backend}, mode {record.mode}, luminal {record.version}, "
+        f"{_when(record.created)}",
         f"  cpu {record.cpu}",
-        f"  searched {record.search_seconds:.1f} s, {len(record.trials)} candidates measured",
-        f"  static {_ms(record.baseline_seconds)} -> chosen {_ms(record.best_seconds)} "
-        f"({speedup:.2f}x)",
-        "  chosen:" if record.chosen else "  chosen: the static program (nothing measured faster)",
+        f"  searched {record.search_seconds:.1f} s, {len(record.trials)} candidates measured, "
+        f"ended: {record.stopped_by}",
+        _times(record),
+        "  chosen:" + _chosen_note(record),
     ]
     for site, option in sorted(record.chosen.items()):
         lines.append(f"    {site} = {option}")
@@ -36,7 +67,7 @@ def format_record(record: SearchRecord, trials: bool = True) -> str:
             change = ", ".join(f"{k}={v}" for k, v in sorted(trial.config.items())) or "static"
             detail = f"  ({trial.detail})" if trial.detail else ""
             lines.append(f"    {trial.status:<13} {_ms(trial.seconds):>12}  {change}{detail}")
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)
 
 
 def search_report(directory: Path, prefix: str = "", trials: bool = True) -> str:
@@ -46,11 +77,15 @@ def search_report(directory: Path, prefix: str = "", trials: bool = True) -> str
         if not path.stem.startswith(prefix):
             continue
         if record is None:
-            shown.append(f"search {path.stem}: unreadable entry (ignored; re-searched on use)")
+            name = printable(path.stem)
+            shown.append(f"search {name}: unreadable entry (ignored; re-searched on use)")
         else:
             shown.append(format_record(record, trials))
     if not shown:
-        return f"no cached searches in {directory}" + (f" matching {prefix!r}" if prefix else "")
+        where = printable(str(directory))
+        return f"no cached searches in {where}" + (
+            f" matching {printable(repr(prefix))}" if prefix else ""
+        )
     return "\n\n".join(shown)
 
 

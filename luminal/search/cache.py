@@ -1,19 +1,27 @@
 """On-disk cache of search results: one JSON file per (graph structure, shape bucket,
 backend, CPU model, luminal version). A file that cannot be read back as a complete
-entry is ignored (and replaced by the next search), never trusted."""
+entry of the right types (truncated, edited, nested without end, a symlink, a FIFO, a
+directory, too large) is ignored and replaced by the next search, never trusted."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import platform
+import stat
+import tempfile
 import time
+import warnings
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 ENTRY_FORMAT = 1
+MAX_ENTRY_BYTES = 32 << 20  # far above any real record (thousands of trials)
+MEASURING_FAILED = "measuring failed"  # how `stopped_by` starts when the search fell back
 
 
 def dim_bucket(size: int) -> int:
@@ -79,19 +87,99 @@ class SearchRecord:
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True)
 
+    @property
+    def reusable(self) -> bool:
+        """Whether a later compile may apply this record: a search that fell back because
+        the measuring process failed measured nothing, so the next compile searches."""
+        return not self.stopped_by.startswith(MEASURING_FAILED)
+
     @classmethod
     def from_json(cls, text: str) -> SearchRecord:
-        data = json.loads(text)
+        """The record `text` holds; ValueError unless every field has its type."""
+        try:
+            data = json.loads(text)
+        except RecursionError:
+            raise ValueError("JSON nested too deeply") from None
         if not isinstance(data, dict) or data.get("format") != ENTRY_FORMAT:
             raise ValueError("not a search record of this format")
+        _check_fields(data, RECORD_FIELDS, "search record")
+        for trial in data["trials"]:
+            _check_fields(trial, TRIAL_FIELDS, "trial")
         trials = [Trial(**t) for t in data.pop("trials")]
         record = cls(**data, trials=trials)
-        if not isinstance(record.chosen, dict) or not isinstance(record.sites, dict):
-            raise ValueError("malformed chosen/sites")
         for site, option in record.chosen.items():
             if option not in record.sites.get(site, []):
                 raise ValueError(f"chosen option {option!r} is not among site {site}'s")
         return record
+
+
+def _is_str(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _is_str_map(value: Any) -> bool:
+    return isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+
+
+def _is_site_table(value: Any) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(options, list) and all(isinstance(o, str) for o in options)
+        for options in value.values()
+    )
+
+
+RECORD_FIELDS: dict[str, Callable[[Any], bool]] = {
+    "key": _is_str,
+    "label": _is_str,
+    "backend": _is_str,
+    "mode": _is_str,
+    "cpu": _is_str,
+    "version": _is_str,
+    "chosen": _is_str_map,
+    "best_seconds": _is_number,
+    "baseline_seconds": _is_number,
+    "search_seconds": _is_number,
+    "sites": _is_site_table,
+    "trials": lambda value: isinstance(value, list),
+    "stopped_by": _is_str,
+    "created": _is_number,
+    "format": lambda value: value == ENTRY_FORMAT,
+}
+TRIAL_FIELDS: dict[str, Callable[[Any], bool]] = {
+    "config": _is_str_map,
+    "status": _is_str,
+    "seconds": lambda value: value is None or _is_number(value),
+    "detail": _is_str,
+}
+
+
+def _check_fields(data: Any, fields: dict[str, Callable[[Any], bool]], what: str) -> None:
+    """ValueError unless `data` is a mapping with exactly `fields`, each of its type."""
+    if not isinstance(data, dict) or set(data) != set(fields):
+        raise ValueError(f"a {what} needs exactly the fields {sorted(fields)}")
+    for name, valid in fields.items():
+        if not valid(data[name]):
+            raise ValueError(f"{what} field {name!r} has the wrong type")
+
+
+def _read_entry(path: Path) -> str:
+    """The text of a regular file of at most MAX_ENTRY_BYTES, opened without following a
+    symlink and without blocking on a FIFO; OSError or ValueError otherwise."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{path} is not a regular file")
+        with os.fdopen(os.dup(fd), "rb") as file:
+            data = file.read(MAX_ENTRY_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_ENTRY_BYTES:
+        raise ValueError(f"{path} is larger than {MAX_ENTRY_BYTES} bytes")
+    return data.decode("utf-8")
 
 
 class SearchCache:
@@ -103,34 +191,49 @@ class SearchCache:
     def path(self, key: str) -> Path:
         return self.directory / f"{key}.json"
 
-    def load(self, key: str) -> SearchRecord | None:
-        """The record, or None when absent or unreadable (a corrupted entry is ignored)."""
-        path = self.path(key)
+    def read(self, path: Path) -> SearchRecord | None:
+        """The record at `path`, or None for anything that is not a valid record."""
         try:
-            record = SearchRecord.from_json(path.read_text())
-        except FileNotFoundError:
+            return SearchRecord.from_json(_read_entry(path))
+        except (OSError, ValueError):  # UnicodeDecodeError and JSONDecodeError included
             return None
-        except (OSError, ValueError, TypeError, KeyError):
-            return None
-        return record if record.key == key else None
 
-    def store(self, record: SearchRecord) -> Path:
-        self.directory.mkdir(parents=True, exist_ok=True)
+    def load(self, key: str) -> SearchRecord | None:
+        """The record to reuse for `key`, or None: absent, unreadable, another key's, or
+        a search that fell back without measuring."""
+        record = self.read(self.path(key))
+        if record is None or record.key != key or not record.reusable:
+            return None
+        return record
+
+    def store(self, record: SearchRecord) -> Path | None:
+        """Write `record` atomically (a fresh private temporary file renamed over the
+        entry, replacing whatever was there, a symlink included). A cache that cannot be
+        written costs the reuse of this result (one warning), never the compile."""
         path = self.path(record.key)
-        temp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-        temp.write_text(record.to_json())
-        os.replace(temp, path)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fd, temp = tempfile.mkstemp(prefix=f".{record.key}.", suffix=".tmp", dir=self.directory)
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as file:
+                    file.write(record.to_json())
+                os.replace(temp, path)
+            except BaseException:
+                os.unlink(temp)
+                raise
+        except OSError as error:
+            warnings.warn(f"search result not cached in {self.directory}: {error}", stacklevel=2)
+            return None
         return path
 
     def records(self) -> list[tuple[Path, SearchRecord | None]]:
-        """Every entry, newest first; None for files that do not parse."""
-        if not self.directory.is_dir():
+        """Every entry, newest first; None for files that are not valid records."""
+        dated: list[tuple[float, Path]] = []
+        try:
+            for path in self.directory.glob("*.json"):
+                with contextlib.suppress(OSError):  # removed meanwhile
+                    dated.append((path.lstat().st_mtime, path))
+        except OSError:  # no directory, or one that cannot be listed
             return []
-        paths = sorted(self.directory.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
-        entries: list[tuple[Path, Any]] = []
-        for path in paths:
-            try:
-                entries.append((path, SearchRecord.from_json(path.read_text())))
-            except (OSError, ValueError, TypeError, KeyError):
-                entries.append((path, None))
-        return entries
+        dated.sort(key=lambda item: (-item[0], item[1].name))
+        return [(path, self.read(path)) for _, path in dated]
