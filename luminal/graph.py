@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -99,6 +100,24 @@ class Graph:
         self.compiled: Any = None
         # an execution order chosen by a scheduling pass, valid while nodes.version matches
         self.schedule: tuple[int, tuple[int, ...]] | None = None
+        # held by compile, execute and numpy(): one of them at a time per graph (a run
+        # writes its outputs in place); reentrant, so a user may hold it around all three
+        self.lock = threading.RLock()
+        self._compiling = False
+        # why the last execute() failed; its outputs were discarded (numpy() says why)
+        self.failed_run: str | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Copied and pickled without the lock (it belongs to this process's threads)."""
+        state = dict(self.__dict__)
+        state.pop("lock", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.__dict__.setdefault("failed_run", None)
+        self._compiling = False
+        self.lock = threading.RLock()
 
     # ---------------------------------------------------------------- building
     def add_node(
@@ -340,21 +359,65 @@ class Graph:
 
     # ---------------------------------------------------------------- running
     def compile(self, compiler: Any) -> Any:
-        """Run a compiler (or a tuple of compilers, in order) on this graph."""
+        """Run a compiler (or a tuple of compilers, in order) on this graph. All or
+        nothing: if a compiler raises or is interrupted, the graph is as before the call,
+        its previous compiled program included (compilers called inside share it)."""
+        with self.lock:
+            if self._compiling:
+                return self._run_compiler(compiler)
+            saved = self._snapshot()
+            self._compiling = True
+            try:
+                return self._run_compiler(compiler)
+            except BaseException:
+                self._restore(saved)
+                raise
+            finally:
+                self._compiling = False
+
+    def _run_compiler(self, compiler: Any) -> Any:
         if isinstance(compiler, tuple | list):
-            return tuple(self.compile(c) for c in compiler)
+            return tuple(self._run_compiler(c) for c in compiler)
         if not hasattr(compiler, "compile"):
             raise GraphError(f"{compiler!r} is not a compiler (it has no compile(graph) method)")
         return compiler.compile(self)
 
-    def execute(self) -> None:
-        """Run the graph: the compiled executable if any, else the reference runtime."""
-        if self.compiled is not None:
-            self.compiled.execute(self)
-            return
-        from luminal.reference.executor import execute
+    def _snapshot(self) -> dict[str, Any]:
+        """This graph's attributes with their containers copied (nodes are immutable), so
+        `_restore` undoes whatever a compiler changed; the node table keeps its version,
+        which the previous compiled program checks."""
+        state: dict[str, Any] = {}
+        for name, value in self.__dict__.items():
+            if isinstance(value, NodeTable):
+                table = NodeTable(value)
+                table.version = value.version
+                value = table
+            elif isinstance(value, dict | set | list):
+                value = value.copy()
+            state[name] = value
+        return state
 
-        execute(self)
+    def _restore(self, state: dict[str, Any]) -> None:
+        self.__dict__.clear()
+        self.__dict__.update(state)
+
+    def execute(self) -> None:
+        """Run the graph: the compiled executable if any, else the reference runtime.
+        A run that raises (or is interrupted) leaves no outputs: the compiled runtime
+        writes them in place, so they may be partial; numpy() then raises and says why."""
+        with self.lock:
+            try:
+                if self.compiled is not None:
+                    self.compiled.execute(self)
+                else:
+                    from luminal.reference.executor import execute
+
+                    execute(self)
+            except BaseException as error:
+                self.buffers = {}
+                self.failed_run = f"{type(error).__name__}: {error}"
+                raise
+            self.failed_run = None
 
     def memory_report(self) -> dict[str, int]:
         """Bytes the compiled graph's memory plan uses at the current dims (arena, without

@@ -152,16 +152,20 @@ class GraphTensor(UnaryOps, BinaryOps, MovementOps, ReductionOps, MatmulOps, Oth
 
         node_id = self.node_id
         graph = self.graph
-        if node_id in graph.buffers:
-            buffer = graph.buffers[node_id]
-        elif node_id in graph.input_data:
-            buffer = graph.input_data[node_id]
-        else:
-            raise ExecutionError(
-                f"numpy: tensor of shape {self._shape_text()} (node {node_id}, "
-                f"{self.node.op.name}) has no value; call retrieve() before execute()"
-            )
-        return np.array(read_view(buffer, self.view, graph.dims), copy=True)
+        with graph.lock:  # never a copy of a buffer another thread's run is writing
+            if node_id in graph.buffers:
+                buffer = graph.buffers[node_id]
+            elif node_id in graph.input_data:
+                buffer = graph.input_data[node_id]
+            else:
+                why = "call retrieve() before execute()"
+                if graph.failed_run is not None:
+                    why = f"the last execute() failed ({graph.failed_run})"
+                raise ExecutionError(
+                    f"numpy: tensor of shape {self._shape_text()} (node {node_id}, "
+                    f"{self.node.op.name}) has no value; {why}"
+                )
+            return np.array(read_view(buffer, self.view, graph.dims), copy=True)
 
     def __repr__(self) -> str:
         node = self.graph.nodes.get(self._node_id)

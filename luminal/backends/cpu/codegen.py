@@ -70,6 +70,10 @@ static inline int lm_iadd(int a, int b) { return (int)((unsigned)a + (unsigned)b
 static inline int lm_imul(int a, int b) { return (int)((unsigned)a * (unsigned)b); }
 """
 
+# the last parameter of a kernel that can fault (an index out of range): the run's own
+# record {code, offending value, bound}, never a global shared by every graph
+FAULT_PARAM = "long long* restrict lm_fault"
+
 # a kernel's outer loop runs on OpenMP threads above this many elements: measured on
 # LeNet-5 and MLP training steps (2 threads), 2**14 beats 2**18 by 15-20%; far lower
 # (2**9) loses again to thread wake-ups
@@ -88,6 +92,12 @@ class KernelSource:
     source: str
     buffers: list[int]  # node ids passed as arguments: output first, then inputs
     nodes: list[int]  # graph nodes computed by this kernel (for LUMINAL_DEBUG)
+
+    @property
+    def reports_faults(self) -> bool:
+        """Whether the kernel takes the run's fault record (`FAULT_PARAM`); read from the
+        source, so renamed variants of a kernel keep it."""
+        return FAULT_PARAM in self.source
 
 
 def flat_index(indices: Sequence[Expr], shape: Sequence[Expr]) -> Expr:
@@ -479,6 +489,7 @@ def _finish(
     dims: Sequence[str],
     loops: str,
     extra: list[Expr],
+    faults: bool = False,
 ) -> KernelSource:
     types = []
     for position, node_id in enumerate(writer.buffers):
@@ -488,7 +499,13 @@ def _finish(
         )
     computed = sorted(set(writer.nodes + [node.id]))
     return _finish_source(
-        kernel_name(graph, writer, node), writer.buffers, types, dims, loops, computed
+        kernel_name(graph, writer, node),
+        writer.buffers,
+        types,
+        dims,
+        loops,
+        computed,
+        faults=faults,
     )
 
 
@@ -500,13 +517,16 @@ def _finish_source(
     body: str,
     computed: list[int],
     prelude: str = "",
+    faults: bool = False,
 ) -> KernelSource:
     """Wrap a kernel body into a function named after its ops and its source hash."""
     locals_ = "".join(
         f"    const long long {dim_name(n)} = d[{i}]; (void){dim_name(n)};\n"
         for i, n in enumerate(dims)
     )
-    params = ", ".join([*parameter_types, "const long long* restrict d"])
+    params = ", ".join(
+        [*parameter_types, "const long long* restrict d", *([FAULT_PARAM] if faults else [])]
+    )
     placeholder = "KERNEL_NAME"
     source = f"{prelude}\n/* {label} */\nvoid {placeholder}({params}) {{\n{locals_}{body}\n}}\n"
     digest = hashlib.sha256(source.encode()).hexdigest()[:12]

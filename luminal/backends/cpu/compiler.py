@@ -105,9 +105,9 @@ class CPUCompiler:
             graph.compile(GenericCompiler())
             compiled = lower(graph)
         compiled.build()
+        if reference is not None:  # installed only once checked: Graph.compile restores
+            verify_against_reference(graph, compiled, reference, self.rtol, self.atol)
         graph.compiled = compiled
-        if reference is not None:
-            verify_against_reference(graph, reference, self.rtol, self.atol)
         return compiled
 
     # ------------------------------------------------------------------ search

@@ -247,8 +247,8 @@ def _reduction_loop(
 def gather_kernel(
     graph: Graph, node: Node, materialised: set[int], dims: Sequence[str]
 ) -> KernelSource:
-    """Rows of a table at int32 indices; an index out of range reads row 0 and sets the
-    status flag the runtime turns into an ExecutionError."""
+    """Rows of a table at int32 indices; an index out of range reads row 0 and is recorded
+    in the run's fault record, which the runtime turns into an ExecutionError."""
     writer = KernelWriter(graph, materialised - {node.id})
     writer.buffer(node.id)
     table_edge, index_edge = node.inputs
@@ -261,13 +261,24 @@ def gather_kernel(
     flat = flat_index(indices, node.shape)
     body = (
         f"long long g0_ = (long long)({index_value});\n"
-        f"if (g0_ < 0 || g0_ >= {rows}) {{ lm_gather_status = 1; g0_ = 0; }}\n"
+        f"if (g0_ < 0 || g0_ >= {rows}) {{ lm_fault_index(lm_fault, g0_, {rows}); g0_ = 0; }}\n"
         f"b0[{c_expr(flat)}] = {_store(node, value)};"
     )
     total = _product(node.shape)
-    source = _finish(graph, node, writer, dims, _loops(node.shape, indices, body, total), [total])
-    source.source = "extern int lm_gather_status;\n" + source.source
+    loops = _loops(node.shape, indices, body, total)
+    source = _finish(graph, node, writer, dims, loops, [total], faults=True)
+    source.source = FAULT_INDEX + source.source
     return source
+
+
+# C: record an index out of range in the run's fault record {code, value, bound}; threads
+# racing here store whole values, and any offending index is a true report
+FAULT_INDEX = """static inline void lm_fault_index(long long* f, long long index, long long rows) {
+    __atomic_store_n(&f[1], index, __ATOMIC_RELAXED);
+    __atomic_store_n(&f[2], rows, __ATOMIC_RELAXED);
+    __atomic_store_n(&f[0], 1, __ATOMIC_RELAXED);
+}
+"""
 
 
 def scatter_kernel(
@@ -299,13 +310,13 @@ def scatter_kernel(
         load = f"((float){load})"
     scatter = (
         f"long long g0_ = (long long)({index_value});\n"
-        f"if (g0_ < 0 || g0_ >= {rows}) {{ lm_gather_status = 1; continue; }}\n"
+        f"if (g0_ < 0 || g0_ >= {rows}) {{ lm_fault_index(lm_fault, g0_, {rows}); continue; }}\n"
         f"b0[{target}] = {_store(node, f'({load} + {update_value})')};"
     )
     copy_loops = _loops(node.shape, copy_idx, copy, _product(node.shape))
     sequential = _loops(update_shape, update_idx, scatter, ZERO)  # never parallel
-    source = _finish(graph, node, writer, dims, copy_loops + "\n" + sequential, [])
-    source.source = "extern int lm_gather_status;\n" + source.source
+    source = _finish(graph, node, writer, dims, copy_loops + "\n" + sequential, [], faults=True)
+    source.source = FAULT_INDEX + source.source
     return source
 
 

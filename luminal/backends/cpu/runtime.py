@@ -5,6 +5,12 @@ Python-level call per segment (a segment ends only at a Python `Function` op). B
 pointers live in one ctypes array: inputs are refreshed per run (the user may set new
 arrays), intermediates point into an arena laid out by the memory plan, and retrieved or
 kept tensors get their own arrays. Plans are cached per set of dimension sizes.
+
+State of a run lives in its own arguments, never in the library: a kernel that can fault
+(an index out of range) writes the run plan's fault record, and the segment's runner
+returns at the first fault, so two graphs loading one cached library never see each
+other's faults. `Graph.execute` holds the graph's lock around a run (threading model:
+docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from luminal import ops
 from luminal.backends.cpu import toolchain
 from luminal.backends.cpu.codegen import PRELUDE, KernelSource
 from luminal.backends.cpu.memory import MemoryPlan, liveness, plan_memory
-from luminal.errors import ExecutionError
+from luminal.errors import ExecutionError, format_shape
 from luminal.graph import Graph
 from luminal.reference.executor import resolve_dims
 from luminal.reference.kernels import KERNELS, KernelContext, compute_dtype
@@ -42,6 +48,13 @@ static void lm_report(int segment, const char* name, double seconds) {
 
 MAX_CACHED_PLANS = 8
 
+# the fault record a runner receives: {code, offending value, bound, kernel in segment}
+FAULT_WORDS = 4
+# code -> what happened, given the op's name, the offending value and the bound
+FAULTS = {
+    1: "index {value} is out of range for a table of {bound} rows (valid: 0 to {last})",
+}
+
 
 @dataclass
 class Segment:
@@ -59,8 +72,10 @@ class RunPlan:
     outputs: dict[int, np.ndarray]
     pointers: Any
     dim_values: Any
-    pointers_arg: Any  # the two arrays as c_void_p, made once
+    pointers_arg: Any  # the three arrays as c_void_p, made once
     dims_arg: Any
+    fault: Any  # this plan's fault record (FAULT_WORDS long longs)
+    fault_arg: Any
     input_arrays: dict[int, np.ndarray] = field(default_factory=dict)
     output_of: dict[int, int] = field(default_factory=dict)  # id(output array) -> node id
     retired: dict[int, np.ndarray] = field(default_factory=dict)  # node -> array handed over
@@ -105,7 +120,7 @@ class CompiledGraph:
         """Pickled without the loaded library and run plans (measured search sends a
         candidate to a measuring process, which calls `build()` again: a cache hit)."""
         state = dict(self.__dict__)
-        for transient in ("library", "runners", "status"):
+        for transient in ("library", "runners"):
             state.pop(transient, None)
         state["plans"] = {}
         state.pop("_static_shapes", None)
@@ -124,43 +139,38 @@ class CompiledGraph:
                     print(kernel.source)
         path = toolchain.build_shared(self.units(), link_blas=True)
         self.library = toolchain.load(path)
-        self.library.lm_gather_status_ptr.restype = ctypes.POINTER(ctypes.c_int)
-        self.status = self.library.lm_gather_status_ptr()
         self.runners = []
         for segment in self.segments:
             if segment.runner is not None:
                 fn = getattr(self.library, segment.runner)
-                fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-                fn.restype = None
+                fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+                fn.restype = ctypes.c_int
                 self.runners.append(fn)
             else:
                 self.runners.append(None)
 
     def runner_source(self) -> str:
-        lines = [
-            "int lm_gather_status = 0;",
-            "int* lm_gather_status_ptr(void) { return &lm_gather_status; }",
-            "typedef void (*lm_kernel_fn)(void);",
-        ]
+        lines = ["typedef void (*lm_kernel_fn)(void);"]
         for segment in self.segments:
             for kernel in segment.kernels:
                 lines.append(f"void {kernel.name}();")
         for index, segment in enumerate(self.segments):
             if segment.runner is None:
                 continue
-            body = []
-            for kernel in segment.kernels:
-                args = ", ".join(f"b[{self.slot[n]}]" for n in kernel.buffers)
-                timing = self.debug >= 2
-                call = f"{kernel.name}({args}, d);"
-                if timing:
+            body = ["    s[0] = 0;"]
+            for position, kernel in enumerate(segment.kernels):
+                args = ", ".join([*(f"b[{self.slot[n]}]" for n in kernel.buffers), "d"])
+                call = f"{kernel.name}({args}{', s' if kernel.reports_faults else ''});"
+                if self.debug >= 2:
                     report = f'lm_report({index}, "{kernel.name}", lm_now() - t0);'
                     body.append(f"    {{ double t0 = lm_now(); {call} {report} }}")
                 else:
                     body.append(f"    {call}")
-            lines.append(f"void {segment.runner}(void** b, const long long* d) {{")
+                if kernel.reports_faults:  # stop at the first fault: later kernels read it
+                    body.append(f"    if (s[0]) {{ s[3] = {position}; return 1; }}")
+            lines.append(f"int {segment.runner}(void** b, const long long* d, long long* s) {{")
             lines.extend(body)
-            lines.append("}")
+            lines.append("    return 0;\n}")
         if self.debug >= 2:
             lines.insert(0, TIMING_HELPERS)
         return "\n".join(lines) + "\n"
@@ -197,6 +207,7 @@ class CompiledGraph:
         for node_id, array in outputs.items():
             pointers[self.slot[node_id]] = array.ctypes.data
         dim_values = (ctypes.c_longlong * max(len(self.dims), 1))()
+        fault = (ctypes.c_longlong * FAULT_WORDS)()
         run_plan = RunPlan(
             plan,
             arena,
@@ -205,6 +216,8 @@ class CompiledGraph:
             dim_values,
             ctypes.cast(pointers, ctypes.c_void_p),
             ctypes.cast(dim_values, ctypes.c_void_p),
+            fault,
+            ctypes.cast(fault, ctypes.c_void_p),
         )
         run_plan.output_of = {id(array): node_id for node_id, array in outputs.items()}
         self.plans[key] = run_plan
@@ -265,18 +278,32 @@ class CompiledGraph:
         dim_values = run.dim_values
         for index, name in enumerate(self.dims):
             dim_values[index] = dims.get(name, 0)
-        self.status[0] = 0
         for segment, runner in zip(self.segments, self.runners, strict=True):
             start = time.perf_counter()
             if runner is not None:
-                runner(run.pointers_arg, run.dims_arg)
+                if runner(run.pointers_arg, run.dims_arg, run.fault_arg):
+                    self._raise_fault(graph, segment, run.fault)
             else:
                 self._run_function(graph, segment.function_node, run, dims)
             if self.debug >= 2:
                 print(f"[luminal] segment total {(time.perf_counter() - start) * 1e3:.3f} ms")
-        if self.status[0]:
-            raise ExecutionError("Gather: an index was out of range for its table")
         graph.buffers = dict(run.outputs)
+
+    def _raise_fault(self, graph: Graph, segment: Segment, fault: Any) -> None:
+        """The ExecutionError for the fault a runner returned: the op, the offending value
+        and the bound. The record is cleared, so the next run starts clean."""
+        code, value, bound, position = (int(fault[i]) for i in range(FAULT_WORDS))
+        for i in range(FAULT_WORDS):
+            fault[i] = 0
+        node_id = segment.kernels[position].buffers[0]
+        node = graph.nodes[node_id]
+        what = FAULTS.get(code, "fault code {code}").format(
+            code=code, value=value, bound=bound, last=bound - 1
+        )
+        raise ExecutionError(
+            f"{node.op.name} (node {node_id}, shape {format_shape(node.shape)}): {what}; "
+            "this run's outputs are discarded"
+        )
 
     def _run_function(self, graph: Graph, node_id: int, run: RunPlan, dims: dict) -> None:
         node = graph.nodes[node_id]

@@ -6,6 +6,7 @@ import numpy as np
 
 from luminal import ops
 from luminal.backends.cpu.lowering import dims_of
+from luminal.backends.cpu.runtime import CompiledGraph
 from luminal.dtype import DType
 from luminal.errors import CompileError
 from luminal.graph import Graph
@@ -61,16 +62,18 @@ def output_views(reference: Graph, expected: dict[int, Expected]) -> list[tuple[
     return [(n, ShapeTracker.contiguous(reference.nodes[n].shape)) for n in expected]
 
 
-def verify_against_reference(graph: Graph, reference: Graph, rtol: float, atol: float) -> None:
-    """Run both on the same inputs; restore the user's state afterwards."""
+def verify_against_reference(
+    graph: Graph, compiled: CompiledGraph, reference: Graph, rtol: float, atol: float
+) -> None:
+    """Run `compiled` (not yet installed on `graph`) and the reference on the same inputs;
+    restore the user's inputs afterwards."""
     saved = dict(graph.input_data)
     try:
         check_inputs(graph, reference)
         expected = reference_outputs(reference, rtol, atol)
-        graph.compiled.execute(graph)
+        compiled.execute(graph)
         problem = check_outputs(read_outputs(graph, output_views(reference, expected)), expected)
         if problem is not None:
-            graph.compiled = None
             raise CompileError(f"CPUCompiler: compiled graph is {problem}")
     finally:
         graph.input_data.clear()
