@@ -11,6 +11,12 @@ ABI, for a function named `name` with n inputs:
 `numel[0]` is the output's element count and `numel[1 + i]` input i's (they change with
 symbolic dims); element types follow the dtypes (float, int, _Float16, unsigned short for
 bfloat16, unsigned char for bool).
+
+The kernel is the first `void` function *defined* in the source (a prototype or a
+`static` helper is not a kernel), unless `name=` says otherwise. It must write every
+element of `out`: the reference runtime fills `out` with a pattern before the call and
+raises ExecutionError for elements the call left untouched, so the check against the
+reference catches a kernel that skips some.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import numpy as np
 
 from luminal import ops
 from luminal.dtype import as_dtype, float32
-from luminal.errors import GraphError, ShapeError
+from luminal.errors import ExecutionError, GraphError, ShapeError
 from luminal.reference import kernels
 from luminal.shape.expr import ExprLike
 
@@ -47,7 +53,8 @@ def custom_kernel(
     name: str | None = None,
 ) -> Any:
     """Add a node running `c_source`'s function on `inputs`; returns its output tensor.
-    `name` is the C function to call (default: the first function defined)."""
+    `name` is the C function to call (default: the first non-static void function
+    defined; prototypes do not count)."""
     if not inputs:
         raise GraphError("custom_kernel: needs at least one input tensor")
     graph = inputs[0].graph
@@ -66,9 +73,29 @@ def custom_kernel(
         )
 
 
+_COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.DOTALL)
+_VOID_FUNCTION = re.compile(r"(\bstatic\s+(?:inline\s+)?)?\bvoid\s+([A-Za-z_]\w*)\s*\(")
+
+
 def _first_function(source: str) -> str | None:
-    match = re.search(r"\bvoid\s+([A-Za-z_]\w*)\s*\(", source)
-    return match.group(1) if match else None
+    """The first non-static `void name(...) {` of the source: a definition, not a
+    prototype (`...);`) and not a helper the library does not export."""
+    code = _COMMENT.sub(" ", source)
+    for match in _VOID_FUNCTION.finditer(code):
+        after = _after_parameters(code, match.end())
+        if match.group(1) is None and after is not None and code[after:].lstrip()[:1] == "{":
+            return match.group(2)
+    return None
+
+
+def _after_parameters(code: str, start: int) -> int | None:
+    """The position after the `)` closing the parameter list opened just before `start`."""
+    depth = 1
+    for position in range(start, len(code)):
+        depth += {"(": 1, ")": -1}.get(code[position], 0)
+        if depth == 0:
+            return position + 1
+    return None
 
 
 def _reference(op: CustomKernel, inputs: list[np.ndarray], ctx: kernels.KernelContext) -> Any:
@@ -79,15 +106,42 @@ def _reference(op: CustomKernel, inputs: list[np.ndarray], ctx: kernels.KernelCo
     library = toolchain.load(toolchain.build_shared([(op.function, op.source)]))
     fn = getattr(library, op.function)
     fn.restype = None
-    out = np.empty(ctx.shape, dtype=ctx.dtype.numpy)
     arrays = [
         np.ascontiguousarray(array.astype(dtype.numpy, copy=False))
         for array, dtype in zip(inputs, ctx.input_dtypes, strict=True)
     ]
-    numel = (ctypes.c_longlong * (1 + len(arrays)))(out.size, *[a.size for a in arrays])
-    pointers = [a.ctypes.data_as(ctypes.c_void_p) for a in arrays]
-    fn(out.ctypes.data_as(ctypes.c_void_p), *pointers, numel)
+
+    def call(fill: int) -> np.ndarray:
+        out = np.empty(ctx.shape, dtype=ctx.dtype.numpy)
+        out.view(np.uint8).fill(fill)
+        numel = (ctypes.c_longlong * (1 + len(arrays)))(out.size, *[a.size for a in arrays])
+        pointers = [a.ctypes.data_as(ctypes.c_void_p) for a in arrays]
+        fn(out.ctypes.data_as(ctypes.c_void_p), *pointers, numel)
+        return out
+
+    out = call(UNWRITTEN[0])
+    suspects = _holding(out, UNWRITTEN[0])
+    if suspects.any():  # a written value may equal the pattern: a second pattern tells
+        unwritten = suspects & _holding(call(UNWRITTEN[1]), UNWRITTEN[1])
+        if unwritten.any():
+            first = int(np.flatnonzero(unwritten)[0])
+            raise ExecutionError(
+                f"custom kernel '{op.function}' left {int(unwritten.sum())} of the "
+                f"{out.size} elements of its output unwritten (the first at flat index "
+                f"{first}); it must write every element of out"
+            )
     return out
+
+
+# byte patterns an output is filled with before the call: an element still holding both
+# (in two calls) was never written; no value holds two different patterns
+UNWRITTEN = (0xA5, 0x5A)
+
+
+def _holding(out: np.ndarray, fill: int) -> np.ndarray:
+    """Per element (flat), whether all its bytes still hold `fill`."""
+    raw = out.reshape(-1).view(np.uint8).reshape(out.size, out.itemsize)
+    return (raw == fill).all(axis=1)
 
 
 kernels.KERNELS[CustomKernel] = _reference
