@@ -25,6 +25,11 @@ class ExecutionError(LuminalError):
     """A graph could not be executed (an input without data, a failing Function op)."""
 
 
+class OutOfMemoryError(ExecutionError, MemoryError):
+    """A run needs more memory than the machine has: names the tensor and the bytes.
+    Raised before anything runs where the dims tell (the memory plan, kernel scratch)."""
+
+
 def format_shape(dims: object) -> str:
     """A shape as users write it: (2, 3), (batch,), ()."""
     items = [str(d) for d in dims]  # type: ignore[attr-defined]

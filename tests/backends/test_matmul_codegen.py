@@ -120,7 +120,7 @@ def test_generated_source_is_readable() -> None:
     source = mm.render_matmul("mm_doc", 64, 64, 64, False, True, 64, 64, 64, SUBSET[0])
     assert source.startswith("/* luminal matmul mm_doc")
     assert SUBSET[0].key() in source
-    assert "void mm_doc(float* restrict c, const float* restrict a" in source
+    assert "long long mm_doc(float* restrict c, const float* restrict a" in source
     assert all(len(line) <= 120 for line in source.splitlines())
 
 

@@ -198,3 +198,129 @@ def test_symbolic_dim_of_zero_through_division_index_math():
             np.testing.assert_array_equal(output.numpy(), want)  # reference
             assert tuple(got_shape) == want.shape
             np.testing.assert_array_equal(np.array(got).reshape(want.shape), want)
+
+
+# ------------------------------------------------------------------ memory
+HUGE = 2**40  # elements along the symbolic dim "k": terabytes of float32
+
+
+def _broadcast_product_graph() -> tuple[lm.Graph, lm.GraphTensor, list[lm.GraphTensor]]:
+    """(3, k) @ (k, 3) of broadcast operands: BLAS packs both into malloc'd scratch of
+    4 * (3k + 1) bytes each; the arena holds nothing of size k."""
+    cx = lm.Graph()
+    u, v = cx.tensor((3, 1)), cx.tensor((1, 3))
+    cx.set_dim("k", 6)
+    product = (u.expand((3, "k")) @ v.expand(("k", 3))).retrieve()
+    u.set(np.array([[1.0], [2.0], [3.0]], np.float32))
+    v.set(np.array([[1.0, 2.0, 3.0]], np.float32))
+    return cx, product, [u, v]
+
+
+def _big_output_graph() -> tuple[lm.Graph, lm.GraphTensor]:
+    cx = lm.Graph()
+    cx.set_dim("k", 6)
+    return cx, (cx.iota(var("z") % 7, ("k",)) * 2).retrieve()
+
+
+MEMORY_SCRIPT = """
+    import json, resource, sys, numpy as np, luminal as lm
+    from tests.reliability import test_signals_memory as t
+    from luminal.backends.cpu import memory
+    failing_malloc = sys.argv[1] == "malloc"
+    cx, product, _ = t._broadcast_product_graph()
+    cx.compile(lm.CPUCompiler())
+    other, big = t._big_output_graph()
+    other.compile(lm.CPUCompiler())
+    if failing_malloc:  # let the run start; the kernel's malloc is what fails
+        memory.physical_memory = lambda: 1 << 62
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 35, 1 << 35))
+    report = {}
+    for name, graph, output, expected in (
+        ("product", cx, product, lambda k: np.outer([1, 2, 3], [1, 2, 3]) * k),
+        ("output", other, big, lambda k: (np.arange(k) % 7) * 2),
+    ):
+        if failing_malloc and name == "output":
+            continue
+        graph.set_dim("k", t.HUGE)
+        try:
+            graph.execute()
+            report[name] = {"raised": None}
+        except Exception as error:
+            report[name] = {
+                "raised": [c.__name__ for c in type(error).__mro__],
+                "message": str(error),
+                "plans": len(graph.compiled.plans),
+            }
+        graph.set_dim("k", 5)  # the next run, with normal dims, is right
+        graph.execute()
+        report[name]["next_ok"] = bool(np.array_equal(output.numpy(), expected(5)))
+    print(json.dumps(report))
+"""
+
+
+def _memory_run(mode: str) -> dict:
+    return _isolated(MEMORY_SCRIPT.replace("sys.argv[1]", repr(mode)))
+
+
+def test_enormous_dim_raises_out_of_memory_error_before_anything_runs():
+    """A dim of 2**40 elements: the arena, output and kernel scratch sizes are known from
+    the dims, so OutOfMemoryError (an ExecutionError and a MemoryError) names the tensor and
+    the bytes before any buffer is allocated or kernel runs."""
+    report = _memory_run("plan")
+    pack = 4 * (3 * HUGE + 1)  # one packed operand
+    product = report["product"]
+    assert product["raised"][:3] == ["OutOfMemoryError", "ExecutionError", "LuminalError"]
+    assert "MemoryError" in product["raised"]
+    assert f"{2 * pack} bytes" in product["message"]  # both packs are held at once
+    assert "scratch of the kernel computing node" in product["message"]
+    assert "Contract" in product["message"] and f"'k': {HUGE}" in product["message"]
+    output = report["output"]
+    assert output["raised"][0] == "OutOfMemoryError"
+    assert "the largest is the output node" in output["message"]
+    assert f"{4 * HUGE} bytes" in output["message"]
+    for case in (product, output):
+        assert case["plans"] == 1  # only the first run's plan: nothing of the huge one kept
+        assert case["next_ok"]
+
+
+def test_failed_malloc_in_generated_c_raises_execution_error_naming_bytes():
+    """Past the plan check (here disabled and the address space capped), a malloc that
+    fails inside a kernel is reported through the run's fault record, not dereferenced."""
+    product = _memory_run("malloc")["product"]
+    assert product["raised"][0] == "ExecutionError"
+    assert f"could not allocate {4 * (3 * HUGE + 1)} bytes" in product["message"]
+    assert "Contract (node" in product["message"]
+    assert product["next_ok"]
+
+
+MATMUL_SCRIPT = """
+    import ctypes, json, numpy as np
+    from luminal.backends.cpu import matmul_codegen as mm
+    from luminal.backends.cpu.matmul_measure import build_matmuls
+    m = n = k = 37  # not a multiple of the register tile: both operands are packed
+    source = mm.render_matmul("mm_fails", m, n, k, False, False, k, n, n, mm.MatmulSchedule())
+    head, rest = source.split("#include <omp.h>\\n", 1)
+    no_memory = "#define aligned_alloc(alignment, size) ((void)(size), (void*)0)\\n"
+    working = source.replace("mm_fails", "mm_works")
+    library = build_matmuls([("mm_fails", head + "#include <omp.h>\\n" + no_memory + rest),
+                             ("mm_works", working)])
+    a = np.random.default_rng(0).standard_normal((m, k)).astype(np.float32)
+    b = np.random.default_rng(1).standard_normal((k, n)).astype(np.float32)
+    results = {}
+    for name in ("mm_fails", "mm_works"):
+        function = getattr(library, name)
+        function.restype = ctypes.c_longlong
+        c = np.full((m, n), 7.0, np.float32)
+        returned = function(c.ctypes.data, a.ctypes.data, b.ctypes.data, None, None)
+        results[name] = [returned, bool((c == 7.0).all()), bool(np.allclose(c, a @ b, atol=1e-4))]
+    print(json.dumps(results))
+"""
+
+
+def test_generated_matmul_returns_the_packing_bytes_it_could_not_allocate():
+    """aligned_alloc made to fail: the generated matmul returns the bytes it asked for and
+    leaves C unwritten (the caller records them in the run's fault record)."""
+    results = _isolated(MATMUL_SCRIPT)
+    returned, untouched, _ = results["mm_fails"]
+    assert returned > 0 and returned % 64 == 0 and untouched
+    assert results["mm_works"] == [0, False, True]

@@ -165,15 +165,18 @@ def blas_contract_kernel(
     prologue: list[str] = []
     epilogue: list[str] = []
     operands = []
+    scratch: list[Expr] = []
     for name, edge, rows, cols, size in (
         ("pa", a_edge, axes.m, axes.k, (m, k)),
         ("pb", b_edge, axes.k, axes.n, (k, n)),
     ):
         operand = _in_place(graph, writer, edge, axes.batch, index, rows, cols, materialised)
         if operand is None:
-            fill, matrix, transposed = _pack(writer, edge, axes.batch, rows, cols, name)
+            fill, matrix, transposed, nbytes = _pack(writer, edge, axes.batch, rows, cols, name)
+            prologue.append(_checked_malloc(name, nbytes, epilogue))
             prologue.append(fill)
             epilogue.append(f"free({name});")
+            scratch.append(nbytes)
             ld = size[0] if transposed else size[1]
             operand = Operand(name, batch_flat * matrix, TRANS if transposed else NO_TRANS, ld)
         operands.append(operand)
@@ -201,7 +204,27 @@ def blas_contract_kernel(
     ]
     prelude = "#include <stdlib.h>\n#include <omp.h>\n" + _prototype()
     computed = sorted({*writer.nodes, node.id})
-    return _finish_source("sgemm", writer.buffers, types, dims, body, computed, prelude=prelude)
+    return _finish_source(
+        "sgemm",
+        writer.buffers,
+        types,
+        dims,
+        body,
+        computed,
+        prelude=prelude,
+        faults=bool(scratch),
+        scratch=scratch,
+    )
+
+
+def _checked_malloc(name: str, nbytes: Expr, frees: list[str]) -> str:
+    """C allocating `nbytes` for `name`; on failure the run's fault record names the bytes
+    and the kernel returns, freeing the scratch allocated before (`frees`)."""
+    size = c_expr(nbytes)
+    return (
+        f"float* {name} = (float*)malloc((size_t)({size}));\n"
+        f"if (!{name}) {{ {' '.join(frees)} lm_fault_alloc(lm_fault, {size}); return; }}"
+    )
 
 
 # a product with a small output and a long K (a convolution's weight gradient: 6 x 25
@@ -244,8 +267,10 @@ def _split_k(
     return f"""{{
 const long long m_ = {c_expr(rows)}, n_ = {c_expr(cols)}, k_ = {c_expr(k)};
 const int nt_ = omp_get_max_threads();
-if (nt_ > 1 && m_ * n_ <= {SPLIT_K_MAX_OUTPUT} && k_ >= {SPLIT_K_MIN_K}) {{
-    float* part_ = (float*)calloc((size_t)(nt_ * m_ * n_), sizeof(float));
+const int split_ = nt_ > 1 && m_ * n_ <= {SPLIT_K_MAX_OUTPUT} && k_ >= {SPLIT_K_MIN_K};
+/* the partial sums' memory; without it (calloc failed) one plain call does the work */
+float* part_ = split_ ? (float*)calloc((size_t)(nt_ * m_ * n_), sizeof(float)) : 0;
+if (part_) {{
     #pragma omp parallel num_threads(nt_)
     {{
         const int t_ = omp_get_thread_num(), count_ = omp_get_num_threads();
@@ -304,11 +329,12 @@ def _pack(
     rows: list[int],
     cols: list[int],
     name: str,
-) -> tuple[str, Expr, bool]:
+) -> tuple[str, Expr, bool, Expr]:
     """C that fills `name`, a malloc'd row-major (batch..., rows, cols) matrix, or
     (batch..., cols, rows) when the operand's memory runs along the column axes (then
     `transposed` is True and BLAS reads it transposed), with one loop per logical axis.
-    Returns the code, the size of one batch's matrix and `transposed`."""
+    Returns the code, the size of one batch's matrix, `transposed` and the bytes to
+    allocate (one spare float: a matrix may be empty)."""
     view = edge.view
     shape = view.shape
     transposed = bool(rows) and bool(cols) and _tightest(view, rows) < _tightest(view, cols)
@@ -332,8 +358,7 @@ def _pack(
             loops = (
                 f"#pragma omp parallel for if(({c_expr(total)}) > {PARALLEL_THRESHOLD})\n" + loops
             )
-    allocate = f"float* {name} = (float*)malloc(sizeof(float) * (size_t)({c_expr(total)} + 1));"
-    return allocate + "\n" + loops, matrix, transposed
+    return loops, matrix, transposed, (total + 1) * 4
 
 
 def _tightest(view: object, axes: list[int]) -> float:

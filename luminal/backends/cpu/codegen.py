@@ -68,7 +68,15 @@ static inline int lm_float_to_int(float x) {
 /* int32 + and * wrap around as numpy's do (signed overflow is undefined in C) */
 static inline int lm_iadd(int a, int b) { return (int)((unsigned)a + (unsigned)b); }
 static inline int lm_imul(int a, int b) { return (int)((unsigned)a * (unsigned)b); }
+/* a failed malloc: the run's fault record gets {ALLOC_FAULT, bytes asked for} and the
+   kernel returns without computing (called outside parallel regions) */
+static inline void lm_fault_alloc(long long* f, long long bytes) {
+    f[1] = bytes; f[2] = 0; f[0] = 2;
+}
 """
+
+# the fault code of a failed allocation in generated C (`lm_fault_alloc`)
+ALLOC_FAULT = 2
 
 # the last parameter of a kernel that can fault (an index out of range): the run's own
 # record {code, offending value, bound}, never a global shared by every graph
@@ -92,6 +100,9 @@ class KernelSource:
     source: str
     buffers: list[int]  # node ids passed as arguments: output first, then inputs
     nodes: list[int]  # graph nodes computed by this kernel (for LUMINAL_DEBUG)
+    # bytes the kernel mallocs while it runs (all held at once), as expressions of the
+    # dims: the run checks them against the machine's memory before anything runs
+    scratch: tuple[Expr, ...] = ()
 
     @property
     def reports_faults(self) -> bool:
@@ -518,6 +529,7 @@ def _finish_source(
     computed: list[int],
     prelude: str = "",
     faults: bool = False,
+    scratch: Sequence[Expr] = (),
 ) -> KernelSource:
     """Wrap a kernel body into a function named after its ops and its source hash."""
     locals_ = "".join(
@@ -531,4 +543,5 @@ def _finish_source(
     source = f"{prelude}\n/* {label} */\nvoid {placeholder}({params}) {{\n{locals_}{body}\n}}\n"
     digest = hashlib.sha256(source.encode()).hexdigest()[:12]
     name = f"lm_{label}_{digest}"
-    return KernelSource(name, source.replace(placeholder, name), list(buffers), computed)
+    source = source.replace(placeholder, name)
+    return KernelSource(name, source, list(buffers), computed, tuple(scratch))

@@ -88,9 +88,11 @@ def render_matmul(
     epilogue: Epilogue | None = None,
     ldr: int | None = None,
 ) -> str:
-    """C for `void name(float* restrict c, const float* restrict a, const float* restrict b,
-    const float* bias, const float* residual)`: c = act(a @ b + bias + residual), row-major;
-    A is M x K (stored K x M when `a_trans`), B is K x N (stored N x K when `b_trans`)."""
+    """C for `long long name(float* restrict c, const float* restrict a, const float*
+    restrict b, const float* bias, const float* residual)`: c = act(a @ b + bias +
+    residual), row-major; A is M x K (stored K x M when `a_trans`), B is K x N (stored
+    N x K when `b_trans`). It returns 0, or the bytes of packing scratch it could not
+    allocate (then c is unwritten)."""
     epilogue = epilogue or Epilogue()
     if min(m, n) < 1 or k < 0:
         raise LuminalError(f"render_matmul {name}: sizes must be positive, got {m}x{n}x{k}")
@@ -132,15 +134,15 @@ def _header(p: _Problem, requested: MatmulSchedule) -> str:
 def _render_empty_sum(p: _Problem) -> str:
     """K = 0: the product is zero, only the epilogue remains."""
     return (
-        f"void {p.name}(float* restrict c, const float* restrict a, const float* restrict b,\n"
-        f"        const float* bias, const float* residual)\n{{\n"
+        f"long long {p.name}(float* restrict c, const float* restrict a,\n"
+        f"        const float* restrict b, const float* bias, const float* residual)\n{{\n"
         "    (void)a; (void)b; (void)bias; (void)residual;\n"
         f"    for (long i = 0; i < {p.m}; i++) {{\n"
         f"        for (long j = 0; j < {p.n}; j++) {{\n"
         "            float v = 0.0f;\n"
         f"{_scalar_epilogue(p, 'i', 'j', 'bias', 'residual', 12)}"
         f"            c[i * {p.ldc} + j] = v;\n"
-        "        }\n    }\n}\n"
+        "        }\n    }\n    return 0;\n}\n"
     )
 
 
@@ -514,17 +516,31 @@ def _driver(p: _Problem) -> str:
     body += ["        " + x for x in inner if x] + ["    }", "}"]
     # A scratch: one block per thread under `m` (each packs its own rows), else one shared
     copies = " * (size_t)omp_get_max_threads()" if s.parallel == "m" else ""
-    a_alloc = f"(float*)aligned_alloc(64, {a_bytes}{copies})" if need_a else "0"
+    a_size = f"(size_t){a_bytes}{copies}"
+    a_alloc = f"(float*)aligned_alloc(64, {a_size})" if need_a else "0"
     b_alloc = f"(float*)aligned_alloc(64, {b_bytes})" if need_b else "0"
+    # a failed allocation returns the bytes asked for (the caller reports them), else 0
+    failed = [name for name, need in (("bpack", need_b), ("apacks", need_a)) if need]
+    asked = " + ".join([*([a_size] if need_a else []), *([f"{b_bytes}"] if need_b else [])])
+    check = (
+        [
+            f"    if ({' || '.join('!' + name for name in failed)}) {{",
+            f"        free(apacks); free(bpack); return (long long)({asked});",
+            "    }",
+        ]
+        if failed
+        else []
+    )
     mine = (
         f" + (size_t)omp_get_thread_num() * {a_bytes // 4}" if s.parallel == "m" and need_a else ""
     )
     lines = [
-        f"void {n}(float* restrict c, const float* restrict a, const float* restrict b,",
+        f"long long {n}(float* restrict c, const float* restrict a, const float* restrict b,",
         "        const float* bias, const float* residual)",
         "{",
         f"    float* bpack = {b_alloc};",
         f"    float* apacks = {a_alloc};",
+        *check,
         *(["    #pragma omp parallel"] if omp else []),
         "    {",
         f"        float* apack = apacks{mine};",
@@ -532,6 +548,7 @@ def _driver(p: _Problem) -> str:
         "    }",
         "    free(apacks);",
         "    free(bpack);",
+        "    return 0;",
         "}",
     ]
     return "\n".join(lines) + "\n"

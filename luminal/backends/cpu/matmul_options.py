@@ -251,13 +251,16 @@ def generated_kernel(
         epilogue,
         ldr,
     )
+    call = f"KERNEL_NAME_mm(b0, b1 + {p.a_offset}, b2 + {p.b_offset}, {bias_arg}, {residual_arg})"
+    # a packing buffer it could not allocate: its bytes go to the run's fault record
     body = (
-        f"    KERNEL_NAME_mm(b0, b1 + {p.a_offset}, b2 + {p.b_offset}, {bias_arg}, {residual_arg});"
+        f"    const long long failed_ = {call};\n"
+        "    if (failed_) lm_fault_alloc(lm_fault, failed_);"
     )
     computed = [product] + (list(lowering.kernels[fused.consumer].nodes) if fused else [])
     label = "matmul_epilogue" if fused else "matmul"
     return _finish_source(
-        label, buffers, types, lowering.dims, body, sorted(set(computed)), prelude
+        label, buffers, types, lowering.dims, body, sorted(set(computed)), prelude, faults=True
     )
 
 

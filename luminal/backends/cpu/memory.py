@@ -9,8 +9,16 @@ made per set of dimension sizes and cached.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from luminal.errors import OutOfMemoryError, format_shape
+
+if TYPE_CHECKING:
+    from luminal.backends.cpu.codegen import KernelSource
+    from luminal.graph import Graph
 
 ALIGNMENT = 64
 
@@ -91,3 +99,78 @@ def liveness(steps: Sequence[tuple[int, Sequence[int]]]) -> tuple[dict[int, int]
         for node_id in inputs:
             last[node_id] = max(last.get(node_id, index), index)
     return first, last
+
+
+def physical_memory() -> int:
+    """Bytes of RAM on this machine: no run may need more (swap is not counted: a run
+    that pages that much would not finish)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):  # not reported: refuse nothing
+        return 1 << 62
+
+
+@dataclass
+class Footprint:
+    """What one run needs, in bytes: the arena, each output array (by node), each arena
+    tensor (by node) and the heap scratch each kernel mallocs while it runs (by node)."""
+
+    arena_bytes: int
+    outputs: Mapping[int, int]
+    intermediates: Mapping[int, int]
+    scratch: Mapping[int, int]
+
+    @property
+    def total(self) -> int:
+        """Kernels run one at a time: only the largest scratch adds to the rest."""
+        largest_scratch = max(self.scratch.values(), default=0)
+        return self.arena_bytes + sum(self.outputs.values()) + largest_scratch
+
+
+def footprint(
+    plan: MemoryPlan,
+    intermediates: Mapping[int, int],
+    outputs: Mapping[int, int],
+    kernels: Iterable[KernelSource],
+    dims: Mapping[str, int],
+) -> Footprint:
+    """The footprint of a run with `dims`; kernel scratch is evaluated from its dims."""
+    scratch = {
+        kernel.buffers[0]: sum(e.evaluate(dims) for e in kernel.scratch)
+        for kernel in kernels
+        if kernel.scratch
+    }
+    return Footprint(plan.arena_bytes, outputs, intermediates, scratch)
+
+
+def check_fits(needs: Footprint, graph: Graph, dims: Mapping[str, int]) -> None:
+    """Raise OutOfMemoryError, before anything is allocated or run, when the run needs more
+    than the machine's memory, naming the largest tensor and the bytes: an enormous
+    symbolic dim is a clear error instead of an OOM kill or a failed malloc mid-run."""
+    limit = physical_memory()
+    if needs.total <= limit:
+        return
+    candidates = [
+        *((n, b, "output") for n, b in needs.outputs.items()),
+        *((n, b, "intermediate") for n, b in needs.intermediates.items()),
+        *((n, b, "scratch of the kernel computing") for n, b in needs.scratch.items()),
+    ]
+    node_id, nbytes, kind = max(candidates, key=lambda c: c[1])
+    node = graph.nodes[node_id]
+    shape = format_shape([d.evaluate(dims) for d in node.shape])
+    raise OutOfMemoryError(
+        f"the run needs {needs.total} bytes ({format_bytes(needs.total)}) but this machine "
+        f"has {limit} ({format_bytes(limit)}); the largest is the {kind} node {node_id} "
+        f"({node.op.name}, shape {shape}, {node.dtype.name}): {nbytes} bytes "
+        f"({format_bytes(nbytes)}); check the dims ({dict(dims)})"
+    )
+
+
+def format_bytes(n: int) -> str:
+    """A byte count as people read it: 1536 -> '1.5 KiB'."""
+    value, unit = float(n), "B"
+    for larger in ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, larger
+    return f"{n} B" if unit == "B" else f"{value:.1f} {unit}"

@@ -16,6 +16,7 @@ docs/reliability.md).
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -25,8 +26,14 @@ import numpy as np
 
 from luminal import ops
 from luminal.backends.cpu import toolchain
-from luminal.backends.cpu.codegen import PRELUDE, KernelSource
-from luminal.backends.cpu.memory import MemoryPlan, liveness, plan_memory
+from luminal.backends.cpu.codegen import ALLOC_FAULT, PRELUDE, KernelSource
+from luminal.backends.cpu.memory import (
+    MemoryPlan,
+    check_fits,
+    footprint,
+    liveness,
+    plan_memory,
+)
 from luminal.errors import ExecutionError, format_shape
 from luminal.graph import Graph
 from luminal.reference.executor import resolve_dims
@@ -53,6 +60,7 @@ FAULT_WORDS = 4
 # code -> what happened, given the op's name, the offending value and the bound
 FAULTS = {
     1: "index {value} is out of range for a table of {bound} rows (valid: 0 to {last})",
+    ALLOC_FAULT: "could not allocate {value} bytes of scratch memory",
 }
 
 
@@ -185,20 +193,25 @@ class CompiledGraph:
         while len(self.plans) >= MAX_CACHED_PLANS:  # decoding visits a new size per token
             self.plans.pop(next(iter(self.plans)))
         sizes: dict[int, int] = {}
-        outputs: dict[int, np.ndarray] = {}
+        shapes: dict[int, tuple[int, ...]] = {}  # retrieved/kept: their own arrays
         for node_id in self.buffer_nodes:
             node = graph.nodes[node_id]
             if node_id in self.input_nodes:
                 continue
             shape = tuple(d.evaluate(dims) for d in node.shape)
             if node_id in self.keep:
-                outputs[node_id] = np.empty(shape, dtype=node.dtype.numpy)
+                shapes[node_id] = shape
             else:
-                sizes[node_id] = int(np.prod(shape, dtype=np.int64)) * node.dtype.itemsize
-        first, last = liveness([s for s in self.steps if s[0] in sizes or s[0] in outputs])
+                sizes[node_id] = math.prod(shape) * node.dtype.itemsize  # no int64 wrap
+        first, last = liveness([s for s in self.steps if s[0] in sizes or s[0] in shapes])
         first = {n: first.get(n, 0) for n in sizes}
         last = {n: last.get(n, first[n]) for n in sizes}
         plan = plan_memory(sizes, first, last)
+        # everything this run allocates fits in memory, or OutOfMemoryError before any of it
+        outputs_bytes = {n: math.prod(s) * graph.nodes[n].dtype.itemsize for n, s in shapes.items()}
+        kernels = (kernel for segment in self.segments for kernel in segment.kernels)
+        check_fits(footprint(plan, sizes, outputs_bytes, kernels, dims), graph, dims)
+        outputs = {n: np.empty(s, dtype=graph.nodes[n].dtype.numpy) for n, s in shapes.items()}
         arena = np.empty(max(plan.arena_bytes, 64), dtype=np.uint8)
         pointers = (ctypes.c_void_p * max(len(self.buffer_nodes), 1))()
         base = arena.ctypes.data

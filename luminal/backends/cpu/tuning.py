@@ -48,7 +48,8 @@ OptionProvider = Callable[[Lowering, int, dict[str, int]], list[KernelOption]]
 def renamed(kernel: KernelSource, tag: str, source: str) -> KernelSource:
     """A variant of `kernel` with its own symbol name (variants link side by side)."""
     name = f"{kernel.name}_{tag}"
-    return KernelSource(name, source.replace(kernel.name, name), kernel.buffers, kernel.nodes)
+    source = source.replace(kernel.name, name)
+    return KernelSource(name, source, kernel.buffers, kernel.nodes, kernel.scratch)
 
 
 # --------------------------------------------------------------------------- loop knobs
