@@ -26,7 +26,7 @@ from luminal.graph import Graph
 from luminal.models.pooling import l2_normalize, mean_pooling
 from luminal.nn.attention import MASK_VALUE, attend
 from luminal.nn.layers import GELU, Embedding, LayerNorm, Linear, Stateless, activation
-from luminal.nn.module import Module, ModuleList
+from luminal.nn.module import Module, ModuleList, build_then_load
 from luminal.tensor import GraphTensor
 from luminal.weights import BertConfig, load_hf_config, load_safetensors
 
@@ -248,11 +248,15 @@ class Bert(Module):
     def from_pretrained(
         cls, folder: PathLike, graph: Graph, add_pooling_layer: bool = False
     ) -> Bert:
-        """Build from `folder/config.json` and load every `*.safetensors` in it."""
+        """Build from `folder/config.json` and load every `*.safetensors` in it (no random
+        initial weights; on any error the graph is left as it was)."""
         folder = Path(folder)
-        model = cls(graph, load_hf_config(folder), add_pooling_layer)
-        model.load_state_dict(load_safetensors(folder, dtype=np.float32))
-        return model
+        config = BertConfig.from_dict(load_hf_config(folder))
+        return build_then_load(
+            graph,
+            lambda: cls(graph, config, add_pooling_layer),
+            lambda: load_safetensors(folder, dtype=np.float32),
+        )
 
     def extra_repr(self) -> str:
         c = self.config

@@ -26,7 +26,7 @@ from luminal.errors import DTypeError, LuminalError, ShapeError
 from luminal.graph import Graph
 from luminal.nn.attention import KVCache, LlamaDecoderLayer, RotaryEmbedding
 from luminal.nn.layers import Embedding, Linear, RMSNorm
-from luminal.nn.module import Module, ModuleList
+from luminal.nn.module import Module, ModuleList, build_then_load
 from luminal.shape.expr import ExprLike
 from luminal.tensor import GraphTensor
 from luminal.weights import LlamaConfig, load_hf_config, load_safetensors
@@ -137,11 +137,14 @@ class Llama(Module):
         cls, folder: PathLike, graph: Graph | None = None, dtype: Any = np.float32
     ) -> Llama:
         """A model from a Hugging Face folder (`config.json` and `*.safetensors`, sharded
-        or not). Weights are converted to float32 (bfloat16 checkpoints included)."""
+        or not). Weights are converted to float32 (bfloat16 checkpoints included). The
+        config is validated first, parameters get no random initial values, and on any
+        error the graph is left as it was."""
         graph = Graph() if graph is None else graph
-        model = cls(graph, load_hf_config(folder))
-        model.load_state_dict(load_safetensors(folder, dtype=dtype))
-        return model
+        config = LlamaConfig.from_dict(load_hf_config(folder))
+        return build_then_load(
+            graph, lambda: cls(graph, config), lambda: load_safetensors(folder, dtype=dtype)
+        )
 
     def load_state_dict(self, state: Mapping[str, Any], strict: bool = True) -> None:
         """A transformers state dict as is: rotary `inv_freq` buffers are dropped, and with

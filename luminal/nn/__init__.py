@@ -1,8 +1,8 @@
 """Neural-network modules with PyTorch names, built graph first."""
 
-from luminal.nn.module import Module, ModuleList, Sequential
+from luminal.nn.module import Module, ModuleList, Sequential, skip_init
 
-__all__ = ["Module", "ModuleList", "Sequential"]
+__all__ = ["Module", "ModuleList", "Sequential", "skip_init"]
 
 from luminal.nn.conv import Conv1d, Conv2d, Conv3d, conv  # noqa: E402
 from luminal.nn.pooling import (  # noqa: E402

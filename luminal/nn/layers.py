@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from luminal.dtype import DType
 from luminal.errors import DTypeError, LuminalError, ShapeError
 from luminal.graph import Graph
 from luminal.nn.module import Module
@@ -40,6 +41,14 @@ def uniform_init(shape: Sequence[int], bound: float) -> np.ndarray:
     """U(-bound, bound) as float32: PyTorch's kaiming_uniform(a=sqrt(5)) for weights and
     its bias init both come down to this with bound = 1 / sqrt(fan_in)."""
     return _generator.uniform(-bound, bound, size=tuple(shape)).astype(np.float32)
+
+
+def _normal_init(shape: tuple[int, int], padding_idx: int | None) -> np.ndarray:
+    """N(0, 1) as float32 (PyTorch's Embedding init), zero at `padding_idx`."""
+    init = _generator.standard_normal(shape).astype(np.float32)
+    if padding_idx is not None:
+        init[padding_idx] = 0.0
+    return init
 
 
 def fan_in_bound(fan_in: int) -> float:
@@ -75,11 +84,10 @@ class Linear(Module):
         super().__init__(graph)
         self.in_features, self.out_features = int(in_features), int(out_features)
         bound = fan_in_bound(self.in_features)
-        self.param(
-            "weight", (out_features, in_features), uniform_init((out_features, in_features), bound)
-        )
+        shape = (self.out_features, self.in_features)
+        self.param("weight", shape, lambda: uniform_init(shape, bound))
         if bias:
-            self.param("bias", (out_features,), uniform_init((out_features,), bound))
+            self.param("bias", (self.out_features,), lambda: uniform_init(shape[:1], bound))
         else:
             self.bias = None
 
@@ -122,13 +130,10 @@ class Embedding(Module):
             padding_idx %= num_embeddings
         self.padding_idx = padding_idx
         shape = (self.num_embeddings, self.embedding_dim)
-        init = _generator.standard_normal(shape).astype(np.float32)
-        if padding_idx is not None:
-            init[padding_idx] = 0.0
-        self.param("weight", shape, init)
+        self.param("weight", shape, lambda: _normal_init(shape, padding_idx))
 
     def forward(self, ids: GraphTensor) -> GraphTensor:
-        if ids.dtype.is_float:
+        if ids.dtype != DType.int32:
             raise DTypeError(
                 f"Embedding({self.num_embeddings}, {self.embedding_dim}): ids must be int32, "
                 f"got {ids.dtype.value} of shape {ids._shape_text()}"
@@ -164,9 +169,9 @@ class LayerNorm(Module):
         self.weight = self.bias = None
         if elementwise_affine:
             shape = self.normalized_shape
-            self.param("weight", shape, np.ones(shape, np.float32))
+            self.param("weight", shape, lambda: np.ones(shape, np.float32))
             if bias:
-                self.param("bias", shape, np.zeros(shape, np.float32))
+                self.param("bias", shape, lambda: np.zeros(shape, np.float32))
 
     def forward(self, x: GraphTensor) -> GraphTensor:
         check_features(f"LayerNorm({self.normalized_shape})", x, self.normalized_shape, "dims")
@@ -202,7 +207,7 @@ class RMSNorm(Module):
         self.weight = None
         if elementwise_affine:
             shape = self.normalized_shape
-            self.param("weight", shape, np.ones(shape, np.float32))
+            self.param("weight", shape, lambda: np.ones(shape, np.float32))
 
     def forward(self, x: GraphTensor) -> GraphTensor:
         check_features(f"RMSNorm({self.normalized_shape})", x, self.normalized_shape, "dims")

@@ -7,14 +7,45 @@ inputs (`cx.tensor`) named by their PyTorch path, so weights move from a PyTorch
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
 
+import ml_dtypes
 import numpy as np
 
-from luminal.errors import ShapeError
+from luminal.dtype import DType
+from luminal.errors import DTypeError, ShapeError
 from luminal.graph import Graph
 from luminal.tensor import GraphTensor
+
+M = TypeVar("M", bound="Module")
+_SKIP_INIT: contextvars.ContextVar[bool] = contextvars.ContextVar("skip_init", default=False)
+
+
+@contextlib.contextmanager
+def skip_init() -> Iterator[None]:
+    """Modules built inside leave their parameters without data: no random numbers drawn
+    and no memory spent on weights that a checkpoint is about to replace (`from_pretrained`
+    builds this way, then loads every parameter). Running the graph before loading raises
+    ExecutionError naming the parameter."""
+    token = _SKIP_INIT.set(True)
+    try:
+        yield
+    finally:
+        _SKIP_INIT.reset(token)
+
+
+def build_then_load(graph: Graph, build: Callable[[], M], read_state: Callable[[], Any]) -> M:
+    """`build()` a model inside `skip_init()`, then load `read_state()` into it: no random
+    weights are drawn for a checkpoint to overwrite, and any error (a bad config, an
+    unreadable file, a missing tensor) removes every node the model added to `graph`."""
+    with graph.atomic():
+        with skip_init():
+            model = build()
+        model.load_state_dict(read_state())
+    return model
 
 
 class Module:
@@ -35,13 +66,14 @@ class Module:
         self,
         name: str,
         shape: tuple[int, ...],
-        init: np.ndarray | None = None,
+        init: np.ndarray | Callable[[], np.ndarray] | None = None,
         dtype: Any = "float32",
     ) -> GraphTensor:
-        """A parameter: a named graph input, given `init` data when provided."""
+        """A parameter: a named graph input, given `init` data when provided (an array, or
+        a function making one, which is not called inside `skip_init()`)."""
         tensor = self.graph.tensor(shape, dtype=dtype, name=name)
-        if init is not None:
-            tensor.set(init)
+        if init is not None and not _SKIP_INIT.get():
+            tensor.set(init() if callable(init) else init)
         self._params[name] = tensor
         object.__setattr__(self, name, tensor)
         return tensor
@@ -77,25 +109,29 @@ class Module:
 
     def load_state_dict(self, state: Mapping[str, Any], strict: bool = True) -> None:
         """Set parameters from a mapping of name -> array (numpy, torch or anything
-        `np.asarray` takes). Checks every name and shape before setting anything."""
+        `np.asarray` takes). All or nothing: every name, shape and dtype is checked, and
+        every array converted to its parameter's dtype, before any parameter changes.
+        Names and shapes that do not fit raise ShapeError; complex, non-numeric, float
+        data for an int parameter, and values outside the parameter dtype's range (a
+        finite float64 that would become inf in float32, an int64 beyond int32) raise
+        DTypeError."""
         params = dict(self.named_parameters())
-        arrays = {name: _as_numpy(value) for name, value in state.items()}
-        missing = sorted(set(params) - set(arrays))
-        unexpected = sorted(set(arrays) - set(params))
+        owner = type(self).__name__
+        missing = sorted(set(params) - set(state))
+        unexpected = sorted(str(name) for name in set(state) - set(params))
         if strict and (missing or unexpected):
             raise ShapeError(
-                f"load_state_dict into {type(self).__name__}: missing {missing}, "
-                f"unexpected {unexpected}"
+                f"load_state_dict into {owner}: missing {missing}, unexpected {unexpected}"
             )
-        for name, array in arrays.items():
-            if name in params and tuple(params[name].shape) != array.shape:
-                raise ShapeError(
-                    f"load_state_dict into {type(self).__name__}: parameter '{name}' has "
-                    f"shape {tuple(params[name].shape)}, got {array.shape}"
-                )
-        for name, array in arrays.items():
-            if name in params:
-                params[name].set(array.astype(params[name].dtype.numpy, copy=False))
+        converted = {
+            name: _converted(owner, name, value, params[name])
+            for name, value in state.items()
+            if name in params
+        }
+        for name in converted:
+            params[name].node  # noqa: B018 - a parameter a compiler removed fails here, first
+        for name, array in converted.items():
+            params[name].set(array)
 
     def __repr__(self) -> str:
         children = "".join(
@@ -114,6 +150,79 @@ def _as_numpy(value: Any) -> np.ndarray:
             value = value.float()
         value = value.numpy()
     return np.asarray(value)
+
+
+def _converted(owner: str, name: str, value: Any, param: GraphTensor) -> np.ndarray:
+    """`value` as an array of `param`'s shape and dtype, or ShapeError/DTypeError naming
+    the entry. Nothing is set here, so a bad entry leaves every parameter as it was."""
+    where = f"load_state_dict into {owner}: parameter '{name}'"
+    try:
+        array = _as_numpy(value)
+    except (TypeError, ValueError) as error:
+        raise DTypeError(f"{where}: {type(value).__name__} is not an array ({error})") from None
+    shape = tuple(param.shape)
+    if array.shape != shape:
+        raise ShapeError(f"{where} has shape {shape}, got {array.shape}")
+    target = param.dtype
+    if array.dtype == target.numpy:
+        return array
+    if not _castable(array.dtype, target):
+        raise DTypeError(f"{where} is {target.value}, got data of dtype {array.dtype}")
+    with np.errstate(over="ignore", invalid="ignore"):
+        result = array.astype(target.numpy)
+    _check_range(where, array, result, target)
+    return result
+
+
+_ML_FLOATS = {
+    np.dtype(t) for t in (ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2)
+}
+
+
+def _castable(source: np.dtype, target: DType) -> bool:
+    """What PyTorch's copy_ would take without losing meaning: numbers into floats, ints
+    and bools into int32, bools into bool; never complex, strings or objects."""
+    floating = source.kind == "f" or source in _ML_FLOATS
+    if target.is_float:
+        return floating or source.kind in "iub"
+    if target == DType.int32:
+        return source.kind in "iub"
+    return source.kind == "b"
+
+
+def _check_range(where: str, array: np.ndarray, result: np.ndarray, target: DType) -> None:
+    """DTypeError when a value does not survive the conversion: an integer that would wrap,
+    or a finite value that would become inf. Scans only when the source type reaches
+    beyond the target's range."""
+    if target == DType.int32:
+        info = np.iinfo(np.int32)
+        if array.dtype.kind in "iu" and array.size and not np.can_cast(array.dtype, np.int32):
+            low, high = array.min(), array.max()
+            if low < info.min or high > info.max:
+                bad = low if low < info.min else high
+                raise DTypeError(
+                    f"{where} is int32, but the value {bad} is outside [{info.min}, {info.max}]"
+                )
+        return
+    if not target.is_float or _largest(array.dtype) <= _largest(target.numpy):
+        return
+    with np.errstate(invalid="ignore"):
+        overflow = np.isinf(result) & np.isfinite(array)
+    if overflow.any():
+        bad = array[overflow].reshape(-1)[0]
+        raise DTypeError(
+            f"{where} is {target.value}, but the value {bad!r} is outside its range "
+            f"(largest finite: {_largest(target.numpy):g})"
+        )
+
+
+def _largest(dtype: np.dtype) -> float:
+    """The largest finite value of a numeric dtype (ml_dtypes floats included)."""
+    if dtype.kind in "iu":
+        return float(np.iinfo(dtype).max)
+    if dtype.kind == "b":
+        return 1.0
+    return float(ml_dtypes.finfo(dtype).max)
 
 
 class Sequential(Module):

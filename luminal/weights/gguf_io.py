@@ -138,12 +138,13 @@ def load_gguf(path: PathLike, dtype: Any = np.float32) -> tuple[dict[str, np.nda
         raise LuminalError(f"load_gguf: no such file {str(path)!r}")
     try:
         reader = gguf.GGUFReader(path)
-    except (ValueError, OSError, IndexError) as error:
+    except Exception as error:  # a hostile header trips the reader in many ways
         raise LuminalError(
-            f"load_gguf: {str(path)!r} is not a readable GGUF file: {error}"
+            f"load_gguf: {str(path)!r} is not a readable GGUF file: {type(error).__name__}: {error}"
         ) from None
     if reader.byte_order != "I":
         raise LuminalError(f"load_gguf: {str(path)!r} is big-endian; only little-endian is read")
+    check_layout(reader, f"load_gguf: {str(path)!r}")
     metadata = {
         name: field_value(field)
         for name, field in reader.fields.items()
@@ -168,6 +169,41 @@ def load_gguf(path: PathLike, dtype: Any = np.float32) -> tuple[dict[str, np.nda
             array = array.astype(target)
         tensors[info.name] = array
     return tensors, metadata
+
+
+GGML_MAX_DIMS = 4
+
+
+def check_layout(reader: gguf.GGUFReader, where: str) -> None:
+    """The tensor table as llama.cpp requires it: every name non-empty, at most 4 dims,
+    each tensor's data starting exactly where the previous one's ends rounded up to the
+    alignment (so none is misaligned, overlapping or out of order), and no bytes after
+    the last tensor beyond its padding. A wrong tensor count breaks one of these: too
+    many reads tensor data as a table entry (a phantom tensor), too few reads the
+    rest of the table as data."""
+    align = int(reader.alignment)
+    expected = 0
+    for index, info in enumerate(reader.tensors):
+        what = f"{where}: tensor {index} of {len(reader.tensors)} ({info.name!r})"
+        if not info.name:
+            raise LuminalError(f"{what} has an empty name; is the tensor count wrong?")
+        if len(info.shape) > GGML_MAX_DIMS:
+            raise LuminalError(f"{what} has {len(info.shape)} dims; GGUF allows at most 4")
+        offset = info.data_offset - reader.data_offset
+        if offset % align:
+            raise LuminalError(f"{what} starts at offset {offset}, not a multiple of {align}")
+        if offset != expected:
+            raise LuminalError(
+                f"{what} starts at offset {offset}, but the previous tensor ends at "
+                f"{expected} (tensors must follow each other without gaps or overlaps)"
+            )
+        expected = -(-(offset + info.n_bytes) // align) * align
+    extra = reader.data.size - reader.data_offset - expected
+    if reader.tensors and extra > 0:
+        raise LuminalError(
+            f"{where}: {extra} bytes after the last tensor belong to no tensor; is the "
+            f"tensor count ({len(reader.tensors)}) wrong?"
+        )
 
 
 _SCALARS: dict[GGUFValueType, Callable[[Any], Any]] = {

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -95,18 +96,34 @@ class _FromDict:
         return config
 
     def validate(self) -> None:
+        """Sizes positive and bounded, floats finite: a config is read before anything is
+        built, so an absurd one (10**7 layers, a negative eps, a NaN theta) fails here
+        with its field named instead of hanging, exhausting memory or making NaNs."""
+        name = type(self).__name__
         for field in dataclasses.fields(self):  # type: ignore[arg-type]
             value = getattr(self, field.name)
-            if str(field.type) == "int" and value <= 0 and field.name.endswith(_POSITIVE):
-                raise ShapeError(
-                    f"{type(self).__name__}: {field.name} must be positive, got {value}"
-                )
+            if str(field.type) == "int" and field.name.endswith(_POSITIVE):
+                limit = MAX_LAYERS if field.name == "num_hidden_layers" else MAX_SIZE
+                if value <= 0:
+                    raise ShapeError(f"{name}: {field.name} must be positive, got {value}")
+                if value > limit:
+                    raise ShapeError(f"{name}: {field.name} must be at most {limit}, got {value}")
+            if str(field.type) == "float":
+                positive = field.name in _POSITIVE_FLOATS
+                if not math.isfinite(value) or value < 0 or (positive and value == 0):
+                    need = "positive" if positive else "non-negative"
+                    raise LuminalError(
+                        f"{name}: {field.name} must be a finite {need} number, got {value}"
+                    )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)  # type: ignore[call-overload]
 
 
 _POSITIVE = ("_size", "_layers", "_heads", "_embeddings", "head_dim")
+_POSITIVE_FLOATS = frozenset({"rope_theta"})  # eps fields may be 0, never negative
+MAX_SIZE = 2**31 - 1  # token ids are int32 and BLAS sizes C ints
+MAX_LAYERS = 1024  # 8x the deepest published LLM; each layer is graph nodes to build
 _KINDS: dict[str, type | tuple[type, ...]] = {
     "int": int,
     "float": float,
@@ -115,6 +132,13 @@ _KINDS: dict[str, type | tuple[type, ...]] = {
     "int | None": (int, type(None)),
     "dict[str, Any] | None": (dict, type(None)),
     "int | list[int] | None": (int, list, type(None)),
+}
+
+
+# the numbers each supported rope_scaling type reads
+_ROPE_KEYS = {
+    "linear": ("factor",),
+    "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
 }
 
 
@@ -174,6 +198,30 @@ class LlamaConfig(_FromDict):
         if self.head_dim is None or self.head_dim <= 0 or self.head_dim % 2:
             raise ShapeError(
                 f"LlamaConfig: head_dim={self.head_dim} must be even for rotary embeddings"
+            )
+        self._check_rope_scaling()
+
+    def _check_rope_scaling(self) -> None:
+        """The numbers a scaled RoPE reads must be there, finite and positive (a missing
+        factor would surface as a KeyError while building, a zero one as NaN logits)."""
+        scaling = self.rope_scaling
+        if scaling is None:
+            return
+        kind = scaling.get("rope_type", scaling.get("type", "default"))
+        for key in _ROPE_KEYS.get(kind, ()):
+            value = scaling.get(key)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise LuminalError(
+                    f"LlamaConfig: rope_scaling {kind!r} needs {key!r}, got {value!r}"
+                )
+            if not math.isfinite(value) or value <= 0:
+                raise LuminalError(
+                    f"LlamaConfig: rope_scaling {key!r} must be finite and positive, got {value}"
+                )
+        if kind == "llama3" and scaling["high_freq_factor"] <= scaling["low_freq_factor"]:
+            raise LuminalError(
+                "LlamaConfig: rope_scaling 'high_freq_factor' must exceed 'low_freq_factor', "
+                f"got {scaling['high_freq_factor']} <= {scaling['low_freq_factor']}"
             )
 
 

@@ -8,19 +8,23 @@ index loads every `*.safetensors` in it. Stored dtypes are kept (bfloat16 as
 
 The format is small: 8 bytes little-endian header length, a JSON header naming each
 tensor's dtype, shape and byte range, then the raw little-endian data. We parse the header
-ourselves to check it and to name what is wrong, read tensors with the `safetensors`
-library, and fall back to reading the bytes directly for a dtype its numpy backend refuses.
+ourselves to check it (every range inside the file, of the size its shape needs, no two
+overlapping) and to name what is wrong, then read each tensor's bytes straight into its
+array: one copy of each weight in memory, and every dtype readable (float8 included).
+Writing goes through the `safetensors` library.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 import os
 import struct
 import sys
 from collections.abc import Iterable, Mapping
-from pathlib import Path
-from typing import Any
+from pathlib import Path, PurePosixPath
+from typing import Any, BinaryIO
 
 import ml_dtypes
 import numpy as np
@@ -54,8 +58,6 @@ STORAGE_DTYPES: dict[str, np.dtype] = {
     "BOOL": np.dtype(np.bool_),
 }
 _STORAGE_NAMES = {dtype: name for name, dtype in STORAGE_DTYPES.items()}
-# dtypes the library's numpy backend fails on (it looks them up as np.<name>)
-_RAW_ONLY = frozenset({"F8_E4M3", "F8_E5M2"})
 _EXTRA_FLOATS = {STORAGE_DTYPES[name] for name in ("BF16", "F8_E4M3", "F8_E5M2")}
 
 
@@ -115,7 +117,23 @@ def read_safetensors_header(path: PathLike) -> tuple[dict[str, Any], int]:
         if name == "__metadata__":
             continue
         _check_entry(path, name, info, size - data_start)
+    _check_overlaps(path, header)
     return header, data_start
+
+
+def _check_overlaps(path: Path, header: dict[str, Any]) -> None:
+    """No two tensors may share bytes: an edited header could otherwise alias weights."""
+    ranges = sorted(
+        (tuple(info["data_offsets"]), name)
+        for name, info in header.items()
+        if name != "__metadata__" and info["data_offsets"][0] < info["data_offsets"][1]
+    )
+    for ((_, end), first), ((begin, _), second) in itertools.pairwise(ranges):
+        if begin < end:
+            raise LuminalError(
+                f"load_safetensors: tensors {first!r} and {second!r} in {str(path)!r} overlap "
+                f"(bytes {begin}..{end} belong to both)"
+            )
 
 
 def _check_entry(path: Path, name: str, info: Any, data_bytes: int) -> None:
@@ -126,9 +144,13 @@ def _check_entry(path: Path, name: str, info: Any, data_bytes: int) -> None:
         raise DTypeError(
             f"{where} has dtype {info['dtype']!r}; supported: {', '.join(STORAGE_DTYPES)}"
         )
-    begin, end = info["data_offsets"]
-    count = int(np.prod(info["shape"], dtype=np.int64))
-    expected = count * STORAGE_DTYPES[info["dtype"]].itemsize
+    shape, offsets = info["shape"], info["data_offsets"]
+    if not isinstance(shape, list) or not all(_is_count(d) for d in shape):
+        raise ShapeError(f"{where}: shape {shape!r} is not a list of non-negative ints")
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(map(_is_count, offsets)):
+        raise ShapeError(f"{where}: data_offsets {offsets!r} is not a pair of non-negative ints")
+    begin, end = offsets
+    expected = math.prod(shape) * STORAGE_DTYPES[info["dtype"]].itemsize  # exact, no wrap
     if not 0 <= begin <= end <= data_bytes or end - begin != expected:
         raise ShapeError(
             f"{where}: shape {tuple(info['shape'])} of {info['dtype']} needs {expected} bytes, "
@@ -136,22 +158,34 @@ def _check_entry(path: Path, name: str, info: Any, data_bytes: int) -> None:
         )
 
 
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def read_raw_tensor(path: PathLike, name: str) -> np.ndarray:
-    """One tensor read straight from the file's bytes (no safetensors library involved):
-    the fallback for dtypes the library's numpy backend cannot return."""
+    """One tensor read straight from the file's bytes."""
     header, data_start = read_safetensors_header(path)
     if name not in header or name == "__metadata__":
         raise LuminalError(f"load_safetensors: no tensor {name!r} in {str(path)!r}")
-    return _read_raw(Path(path), header[name], data_start)
+    with Path(path).open("rb") as handle:
+        return _read_into(handle, Path(path), name, header[name], data_start)
 
 
-def _read_raw(path: Path, info: dict[str, Any], data_start: int) -> np.ndarray:
+def _read_into(
+    handle: BinaryIO, path: Path, name: str, info: dict[str, Any], data_start: int
+) -> np.ndarray:
+    """A tensor's bytes read into a new array of its shape: one copy, no memory map, so
+    loading a checkpoint holds each weight once (a map would count the file again)."""
     begin, end = info["data_offsets"]
-    with path.open("rb") as handle:
-        handle.seek(data_start + begin)
-        raw = handle.read(end - begin)
-    array = np.frombuffer(raw, dtype=STORAGE_DTYPES[info["dtype"]]).reshape(info["shape"])
-    return array.copy()  # writeable, owns its memory
+    array = np.empty(info["shape"], STORAGE_DTYPES[info["dtype"]])
+    handle.seek(data_start + begin)
+    got = handle.readinto(memoryview(array.reshape(-1).view(np.uint8)))
+    if got != end - begin:
+        raise LuminalError(
+            f"load_safetensors: {str(path)!r} ended inside tensor {name!r} (read {got} of "
+            f"{end - begin} bytes; was the file changed while loading?)"
+        )
+    return array
 
 
 def _load_file(path: Path, dtype: np.dtype | None) -> dict[str, np.ndarray]:
@@ -161,31 +195,16 @@ def _load_file(path: Path, dtype: np.dtype | None) -> dict[str, np.ndarray]:
         (name for name in header if name != "__metadata__"),
         key=lambda name: header[name]["data_offsets"][0],
     )
-    out: dict[str, np.ndarray] = {}
-    try:
-        with safetensors.safe_open(str(path), framework="numpy") as handle:
-            for name in names:
-                out[name] = _convert(_get(handle, path, name, header[name], data_start), dtype)
-    except safetensors.SafetensorError as error:
-        raise LuminalError(f"load_safetensors: cannot read {str(path)!r}: {error}") from None
-    return out
-
-
-def _get(handle: Any, path: Path, name: str, info: dict[str, Any], data_start: int) -> np.ndarray:
-    """One tensor through the library, or from the raw bytes for a dtype it cannot map."""
-    if info["dtype"] not in _RAW_ONLY:
-        try:
-            return handle.get_tensor(name)
-        except (TypeError, ValueError, AttributeError):
-            pass
-    return _read_raw(path, info, data_start)
+    with path.open("rb") as handle:
+        return {
+            name: _convert(_read_into(handle, path, name, header[name], data_start), dtype)
+            for name in names
+        }
 
 
 def _convert(array: np.ndarray, dtype: np.dtype | None) -> np.ndarray:
     if dtype is not None and is_floating(array.dtype) and array.dtype != dtype:
         return array.astype(dtype)
-    if not array.flags.writeable:
-        return array.copy()
     return array
 
 
@@ -215,13 +234,26 @@ def safetensors_files(source: PathLike | Iterable[PathLike]) -> list[Path]:
 
 def _index_files(index: Path) -> list[Path]:
     weight_map = _read_index(index)
-    files = [index.parent / name for name in dict.fromkeys(weight_map.values())]
+    files = [_shard_path(index, name) for name in dict.fromkeys(weight_map.values())]
     missing = [str(file) for file in files if not file.is_file()]
     if missing:
         raise LuminalError(
             f"load_safetensors: {str(index)!r} names shards that do not exist: {missing}"
         )
     return files
+
+
+def _shard_path(index: Path, name: str) -> Path:
+    """A shard the index names, inside the index's folder: a relative path without '..'
+    (an index cannot make the loader read /etc/passwd or a sibling model). Symbolic links
+    in the folder are followed, as the Hugging Face cache's snapshots need."""
+    parts = PurePosixPath(name.replace("\\", "/")).parts
+    if not name or "\0" in name or PurePosixPath(name).is_absolute() or ".." in parts:
+        raise LuminalError(
+            f"load_safetensors: {str(index)!r} names shard {name!r}, which is outside its "
+            "folder; shards must be files beside the index"
+        )
+    return index.parent.joinpath(*parts)
 
 
 def _read_index(index: Path) -> dict[str, str]:
