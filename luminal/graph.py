@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import numbers
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -25,6 +26,8 @@ from luminal.shape.tracker import ShapeTracker
 
 if TYPE_CHECKING:
     from luminal.tensor import GraphTensor
+
+_MAX_DIM = 2**62  # sizes travel to generated code as 64-bit ints; products must not overflow
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,8 @@ class Graph:
         self.compiled: Any = None
         # an execution order chosen by a scheduling pass, valid while nodes.version matches
         self.schedule: tuple[int, tuple[int, ...]] | None = None
+        # (first node id of the op, size, what): sizes that must not be 0 at run time
+        self.dim_checks: list[tuple[int, Expr, str]] = []
         # held by compile, execute and numpy(): one of them at a time per graph (a run
         # writes its outputs in place); reentrant, so a user may hold it around all three
         self.lock = threading.RLock()
@@ -178,6 +183,8 @@ class Graph:
             del self.nodes[node_id]
             self.kept.discard(node_id)
             self.retrieved.discard(node_id)
+            self.input_data.pop(node_id, None)
+        self.dim_checks = [check for check in self.dim_checks if check[0] < mark]
 
     def tensor(
         self, shape: Sequence[ExprLike] | ExprLike, dtype: Any = float32, name: str | None = None
@@ -210,10 +217,26 @@ class Graph:
         return self.iota("z", (n,), dtype)
 
     def set_dim(self, name: str, size: int) -> None:
-        """Give the symbolic dimension `name` a size for the next execute()."""
-        if int(size) < 0:
-            raise ShapeError(f"set_dim: size of {name!r} must be non-negative, got {size}")
+        """Give the symbolic dimension `name` a size for the next execute(). Only integers
+        are sizes: 2.5, "3" or True would be truncated or misread, so they raise."""
+        if not isinstance(name, str) or not name:
+            raise ShapeError(f"set_dim: the dimension name must be a non-empty str, got {name!r}")
+        if not isinstance(size, numbers.Integral) or isinstance(size, bool | np.bool_):
+            raise ShapeError(
+                f"set_dim: size of {name!r} must be an int, got {size!r} ({type(size).__name__})"
+            )
+        if not 0 <= int(size) <= _MAX_DIM:
+            raise ShapeError(
+                f"set_dim: size of {name!r} must be in [0, {_MAX_DIM}], got {int(size)}"
+            )
         self.dims[name] = int(size)
+
+    def require_nonzero(self, size: Expr, what: str) -> None:
+        """Record that the symbolic `size` must not be 0 when the graph runs (a reduction
+        with no identity, such as argmax, over an axis of that size). Both runtimes check
+        it against each run's dims (`reference.executor.resolve_dims`); an op that fails
+        after recording it rolls it back with its nodes."""
+        self.dim_checks.append((self._next_id, size, what))
 
     # ---------------------------------------------------------------- queries
     @property

@@ -96,13 +96,13 @@ class GraphTensor(UnaryOps, BinaryOps, MovementOps, ReductionOps, MatmulOps, Oth
             )
         data = np.asarray(array)
         if data.dtype != self.dtype.numpy:
-            if data.dtype.kind in "fiub" and _safe_cast(data.dtype, self.dtype):
-                data = data.astype(self.dtype.numpy)
-            else:
+            if not (data.dtype.kind in "fiub" and _safe_cast(data.dtype, self.dtype)):
                 raise DTypeError(
                     f"set: input '{node.op.label}' has dtype {self.dtype.value}, "
                     f"got data of dtype {data.dtype}"
                 )
+            _check_int_range(data, self.dtype, node.op.label)
+            data = data.astype(self.dtype.numpy)
         if data.ndim != len(node.shape):
             raise ShapeError(
                 f"set: input '{node.op.label}' has shape {self._shape_text()}, "
@@ -214,6 +214,23 @@ def _make_ops_atomic() -> None:
 
 
 _NOT_OPS = {"__init__", "__repr__", "__bool__", "__hash__", "__init_subclass__"}
+
+
+def _check_int_range(data: np.ndarray, target: DType, label: str) -> None:
+    """Integer data stored as int32 must fit: a wrapped value (2**32 + 7 -> 7) would change a
+    token id silently. Only wider integer types are scanned, once, when they are cast."""
+    if target != DType.int32 or data.dtype.kind not in "iu" or data.size == 0:
+        return
+    info = np.iinfo(np.int32)
+    if np.can_cast(data.dtype, np.int32):
+        return
+    low, high = data.min(), data.max()
+    if low < info.min or high > info.max:
+        bad = low if low < info.min else high
+        raise DTypeError(
+            f"set: input '{label}' is int32, but its {data.dtype} data holds {bad}, outside "
+            f"int32's range [{info.min}, {info.max}]"
+        )
 
 
 def _safe_cast(source: np.dtype, target: DType) -> bool:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from luminal import ops
 from luminal.dtype import DType
-from luminal.errors import ShapeError
+from luminal.errors import DTypeError, ShapeError
 from luminal.shape.expr import ZERO, Expr, ExprLike, sym
 from luminal.shape.tracker import ShapeTracker
 
@@ -247,37 +250,28 @@ class MovementOps:
             return self
         return self._with_view(self.view.slice(full))
 
-    def pad(self: GraphTensor, padding: Sequence[Any], value: float = 0.0) -> GraphTensor:
-        """numpy-style ((before, after), ...) per leading dim; fill with `value`
-        (infinite values are clamped to the dtype's finite range)."""
-        if len(padding) > self.ndim:
-            raise ShapeError(f"pad: {len(padding)} pad pairs for {self._shape_text()}")
-        pairs: list[tuple[Expr, Expr]] = []
-        for axis in range(self.ndim):
-            if axis < len(padding) and padding[axis] is not None:
-                before, after = padding[axis]
-                before, after = sym(before), sym(after)
-                for amount in (before, after):
-                    known = amount.as_int()
-                    if known is not None and known < 0:
-                        raise ShapeError(
-                            f"pad: negative padding {padding[axis]} on dim {axis} of "
-                            f"{self._shape_text()}; use slice to remove elements"
-                        )
-                pairs.append((before, after))
-            else:
-                pairs.append((ZERO, ZERO))
+    def pad(self: GraphTensor, padding: Any, value: float = 0.0) -> GraphTensor:
+        """Constant padding with numpy's `pad_width` forms: `n`, `(before, after)` or
+        `((before, after),)` for every axis, or one `(before, after)` (or `None`) per axis.
+        Amounts are non-negative ints or symbolic dims. Infinite values are clamped to the
+        dtype's finite range; NaN pads exactly."""
+        pairs = _pad_pairs(padding, self.ndim, self._shape_text())
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise DTypeError(f"pad: value must be a real number, got {value!r}")
+        if not self.dtype.is_float and math.isnan(value):
+            raise DTypeError(f"pad: cannot fill a {self.dtype.value} tensor with NaN")
         if all(b == 0 and a == 0 for b, a in pairs):
             return self
         padded = self._with_view(self.view.pad(pairs))
         if value == 0:
             return padded
         if self.dtype == DType.bool:  # fill in int32, then back to 0/1
-            return self.cast(DType.int32).pad(padding, value).cast(DType.bool)
-        fill = _finite(value, self.dtype)
+            return self.cast(DType.int32).pad(pairs, value).cast(DType.bool)
         ones = self.graph.constant(1, self.dtype).expand(self.view.shape)
         outside = 1 - ones._with_view(ones.view.pad(pairs))
-        return padded + outside * fill
+        if math.isnan(value):  # NaN * 0 is NaN: sqrt(-1) at the pads, sqrt(-0) inside
+            return padded + (-outside).sqrt()
+        return padded + outside * _finite(value, self.dtype)
 
     def pool_last_dim(
         self: GraphTensor, kernel: int, stride: int = 1, dilation: int = 1
@@ -353,14 +347,79 @@ class MovementOps:
         return result
 
     def gather(self: GraphTensor, indices: GraphTensor) -> GraphTensor:
-        """Rows of this table at `indices` (int32): shape indices.shape + self.shape[1:]."""
+        """Rows of this table at `indices` (int32): shape indices.shape + self.shape[1:].
+        Float or bool indices raise DTypeError, as in PyTorch: 2.7 or True is no row."""
         from luminal.tensor import GraphTensor
 
         if not isinstance(indices, GraphTensor):
-            raise TypeError(f"gather: indices must be a GraphTensor, got {indices!r}")
+            raise DTypeError(f"gather: indices must be an int32 GraphTensor, got {indices!r}")
+        if indices.dtype != DType.int32:
+            raise DTypeError(
+                f"gather: indices must be int32, got {indices.dtype.value} indices of shape "
+                f"{indices._shape_text()} for a table of shape {self._shape_text()}"
+            )
         if self.ndim == 0:
             raise ShapeError("gather: the table must have at least one dim, got a scalar")
-        return self.graph.add_node(ops.Gather(), [self, indices.cast(DType.int32)])
+        return self.graph.add_node(ops.Gather(), [self, indices])
+
+
+def _pad_pairs(padding: Any, ndim: int, text: str) -> list[tuple[Expr, Expr]]:
+    """numpy's `pad_width` as one (before, after) pair per axis, or ShapeError."""
+    if _is_pad_amount(padding):
+        items: list[Any] = [padding] * ndim
+    else:
+        try:
+            items = list(padding)
+        except TypeError:
+            raise ShapeError(f"pad: padding {padding!r} is not an int or a sequence") from None
+        if len(items) == 2 and all(_is_pad_amount(i) for i in items):
+            items = [tuple(items)] * ndim  # (before, after) for every axis
+        elif len(items) == 1 and ndim != 1:
+            items = items * ndim  # ((before, after),) for every axis
+        elif len(items) != ndim:
+            raise ShapeError(
+                f"pad: {len(items)} pad pairs for {text} ({ndim} dims); give one pair, "
+                "or one per dim"
+            )
+    return [_pad_pair(item, axis, text) for axis, item in enumerate(items)]
+
+
+def _pad_pair(item: Any, axis: int, text: str) -> tuple[Expr, Expr]:
+    """(before, after) from None, n, (n,) or (before, after), checked non-negative."""
+    if item is None:
+        return ZERO, ZERO
+    if isinstance(item, numbers.Number | np.bool_):
+        if not _is_pad_amount(item):
+            raise ShapeError(f"pad: amount {item!r} on dim {axis} of {text} is not an int")
+        item = (item, item)
+    elif isinstance(item, str | Expr):
+        item = (item, item)
+    try:
+        amounts = tuple(item)
+    except TypeError:
+        raise ShapeError(f"pad: {item!r} on dim {axis} of {text} is not a pad pair") from None
+    if len(amounts) == 1:
+        amounts = amounts * 2
+    if len(amounts) != 2 or not all(_is_pad_amount(a) for a in amounts):
+        raise ShapeError(
+            f"pad: {item!r} on dim {axis} of {text} is not a (before, after) pair of ints"
+        )
+    pair = sym(amounts[0]), sym(amounts[1])
+    for amount in pair:
+        known = amount.as_int()
+        if known is not None and known < 0:
+            raise ShapeError(
+                f"pad: negative padding {item!r} on dim {axis} of {text}; use slice to remove "
+                "elements"
+            )
+    return pair
+
+
+def _is_pad_amount(value: Any) -> bool:
+    """An int (not a bool: True is no amount) or a symbolic dim."""
+    if isinstance(value, bool | np.bool_):
+        return False
+    return isinstance(value, numbers.Integral | str | Expr)
 
 
 def _product(dims: Sequence[Expr]) -> Expr:
@@ -374,7 +433,6 @@ def _finite(value: float, dtype: DType) -> float | int:
     """`value` clamped to the dtype's finite range (the fill is multiplied by a 0/1 mask,
     and inf * 0 would be NaN); integer dtypes take the integer part."""
     import ml_dtypes
-    import numpy as np
 
     if not dtype.is_float:
         info = np.iinfo(np.int32)

@@ -89,7 +89,7 @@ class OtherOps:
         if fill == "zeros":
             reduced = windows.sum(1)
         elif fill == "self":
-            reduced = windows.max(1)
+            reduced = windows._reduce(ops.MaxReduce, 1, False, "cummax")  # n = 0: empty
         else:
             floats = windows if self.dtype.is_float else windows.cast(float32)
             reduced = floats.prod(1)
@@ -192,7 +192,7 @@ def _shifted(x: GraphTensor, axis: int, step: int, size: int, fill: Fill) -> Gra
 def _append_identity_row(x: GraphTensor, fill: Fill) -> GraphTensor:
     """x with one more row along axis 0 holding 0 (a free padded view) or 1."""
     if fill == "zeros":
-        return x.pad(((0, 1),))
+        return x.pad([(0, 1)] + [None] * (x.ndim - 1))
     from luminal.hl.combine import concat
 
     ones = x.graph.constant(1, x.dtype).expand((1, *x.view.shape[1:]))

@@ -6,9 +6,11 @@ from typing import TYPE_CHECKING, Any
 
 from luminal import ops
 from luminal.dtype import DType, float32, int32
+from luminal.errors import ShapeError
 from luminal.hl.binary import not_nan
 from luminal.hl.combine import concat
 from luminal.hl.movement import normalize_axes
+from luminal.shape.expr import sym
 
 if TYPE_CHECKING:
     from luminal.tensor import GraphTensor
@@ -30,6 +32,22 @@ class ReductionOps:
                 result = result.unsqueeze(axis)
         return result
 
+    def _require_nonempty(self: GraphTensor, norm: tuple[int, ...], name: str) -> None:
+        """max/min/argmax/argmin of nothing has no value: PyTorch raises, so do we, while
+        building when the size is known, at every run for a symbolic one (both runtimes)."""
+        size = sym(1)
+        for axis in norm:
+            size = size * self.view.shape[axis]
+        what = (
+            f"{name} over dim(s) {list(norm)} of {self._shape_text()} needs at least one "
+            "element (it has no identity; PyTorch raises too)"
+        )
+        known = size.as_int()
+        if known == 0:
+            raise ShapeError(f"{what}; the reduced size is 0")
+        if known is None:
+            self.graph.require_nonzero(size, what)
+
     def _axes_size(self: GraphTensor, axes: Axes) -> Any:
         norm = normalize_axes(axes, self.ndim, "reduce", self._shape_text())
         size = 1
@@ -42,12 +60,16 @@ class ReductionOps:
         return self._reduce(ops.SumReduce, axes, keepdim, "sum")
 
     def max(self: GraphTensor, axes: Axes = None, keepdim: bool = False) -> GraphTensor:
-        """Maximum over `axes` (values only; see argmax for indices)."""
-        return self._reduce(ops.MaxReduce, axes, keepdim, "max")
+        """Maximum over `axes` (values only; see argmax for indices); an empty axis raises
+        ShapeError, as in PyTorch."""
+        norm = normalize_axes(axes, self.ndim, "max", self._shape_text())
+        self._require_nonempty(norm, "max")
+        return self._reduce(ops.MaxReduce, norm, keepdim, "max")
 
     def min(self: GraphTensor, axes: Axes = None, keepdim: bool = False) -> GraphTensor:
-        """Minimum over `axes`."""
-        normalize_axes(axes, self.ndim, "min", self._shape_text())  # before adding nodes
+        """Minimum over `axes` (an empty axis raises ShapeError)."""
+        norm = normalize_axes(axes, self.ndim, "min", self._shape_text())  # before adding nodes
+        self._require_nonempty(norm, "min")
         x = self if self.dtype != DType.bool else self.cast(int32)
         return -((-x)._reduce(ops.MaxReduce, axes, keepdim, "min"))
 
@@ -68,12 +90,15 @@ class ReductionOps:
     def var(
         self: GraphTensor, axes: Axes = None, keepdim: bool = False, correction: int = 1
     ) -> GraphTensor:
-        """Variance with PyTorch's default correction of 1 (Bessel)."""
+        """Variance with PyTorch's default correction of 1 (Bessel). The divisor is
+        max(n - correction, 0), as in PyTorch, so one element or none gives NaN."""
         x = self if self.dtype.is_float else self.cast(float32)
         centered = x - x.mean(axes, keepdim=True)
         squares = (centered * centered).sum(axes, keepdim)
-        denominator = self._count(axes, x.dtype) - float(correction)
-        return squares * denominator.reciprocal()
+        divisor = (sym(self._axes_size(axes)) - correction).max(0)
+        known = divisor.as_int()
+        count = self.graph.constant(float(known) if known is not None else divisor, x.dtype)
+        return squares * count.reciprocal()
 
     def std(
         self: GraphTensor, axes: Axes = None, keepdim: bool = False, correction: int = 1
@@ -100,27 +125,40 @@ class ReductionOps:
 
     def argmax(self: GraphTensor, axis: int | None = None, keepdim: bool = False) -> GraphTensor:
         """Index (int32) of the first maximum along `axis`; with no axis, of the flattened
-        tensor (torch.argmax)."""
-        if axis is None:
-            flat = self.reshape((-1,)).argmax(0)
-            return flat.reshape((1,) * self.ndim) if keepdim else flat
-        (norm,) = normalize_axes(axis, self.ndim, "argmax", self._shape_text())
-        size = self.view.shape[norm]
-        x = self if self.dtype.is_float else self.cast(float32)
-        # maxima, and NaN wherever it is (torch.argmax points at the first NaN)
-        is_max = x.eq(x.max(norm, keepdim=True)) + (1 - not_nan(x))
-        shape = [1] * self.ndim
-        shape[norm] = size
-        positions = self.graph.arange(size).cast(x.dtype).reshape(shape).expand(x.view.shape)
-        # first maximum: the largest (size - position) among maxima
-        score = is_max * (self._count(norm, x.dtype) - positions)
-        first = self._count(norm, x.dtype) - score.max(norm, keepdim)
-        return first.cast(int32)
+        tensor (torch.argmax). An empty axis raises ShapeError, as in PyTorch."""
+        return self._arg_extreme(axis, keepdim, "argmax")
 
     def argmin(self: GraphTensor, axis: int | None = None, keepdim: bool = False) -> GraphTensor:
-        """Index (int32) of the first minimum along `axis` (flattened when None)."""
+        """Index (int32) of the first minimum along `axis` (flattened when None); an empty
+        axis raises ShapeError."""
+        return self._arg_extreme(axis, keepdim, "argmin")
+
+    def _arg_extreme(self: GraphTensor, axis: int | None, keepdim: bool, name: str) -> GraphTensor:
+        """argmax, or argmin as the argmax of the negation, after the empty-axis check."""
+        text = self._shape_text()
+        norm = (
+            tuple(range(self.ndim)) if axis is None else normalize_axes(axis, self.ndim, name, text)
+        )
+        self._require_nonempty(norm, name)
         x = self if self.dtype.is_float else self.cast(float32)
-        return (-x).argmax(axis, keepdim)
+        x = -x if name == "argmin" else x
+        if axis is None:
+            flat = x.reshape((-1,))._first_max(0, False)
+            return flat.reshape((1,) * self.ndim) if keepdim else flat
+        return x._first_max(norm[0], keepdim)
+
+    def _first_max(self: GraphTensor, axis: int, keepdim: bool) -> GraphTensor:
+        """Index of the first maximum (or first NaN, as torch.argmax) of a float tensor."""
+        size = self.view.shape[axis]
+        is_max = self.eq(self._reduce(ops.MaxReduce, axis, True, "argmax")) + (1 - not_nan(self))
+        shape = [1] * self.ndim
+        shape[axis] = size
+        positions = self.graph.arange(size).cast(self.dtype).reshape(shape).expand(self.view.shape)
+        # first maximum: the largest (size - position) among maxima
+        count = self._count(axis, self.dtype)
+        score = is_max * (count - positions)
+        first = count - score._reduce(ops.MaxReduce, axis, keepdim, "argmax")
+        return first.cast(int32)
 
 
 def _tree_prod(x: GraphTensor, size: int) -> GraphTensor:

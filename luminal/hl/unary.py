@@ -219,14 +219,14 @@ class UnaryOps:
         """exp(x - max) / sum(exp(x - max)) over `axis` (an int or a tuple); subtracting
         the max keeps it finite for large inputs and -inf entries."""
         axes = self._checked_axes(axis, "softmax")
-        exps = (self - self.max(axes, keepdim=True)).exp()
+        exps = (self - self._reduce(ops.MaxReduce, axes, True, "softmax")).exp()
         return exps * exps.sum(axes, keepdim=True).reciprocal()
 
     @in_float32
     def log_softmax(self: GraphTensor, axis: Axes = -1) -> GraphTensor:
         """x - max - log(sum(exp(x - max))) over `axis`."""
         axes = self._checked_axes(axis, "log_softmax")
-        shifted = self - self.max(axes, keepdim=True)
+        shifted = self - self._reduce(ops.MaxReduce, axes, True, "log_softmax")
         return shifted - shifted.exp().sum(axes, keepdim=True).log()
 
     @in_float32
@@ -259,7 +259,7 @@ class UnaryOps:
         if p == 2:
             length = (self * self).sum(norm, keepdim=True).sqrt()
         elif p == math.inf:
-            length = self.abs().max(norm, keepdim=True)
+            length = self.abs()._reduce(ops.MaxReduce, norm, True, "normalize")
         elif p == 1:
             length = self.abs().sum(norm, keepdim=True)
         else:

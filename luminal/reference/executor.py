@@ -72,7 +72,22 @@ def resolve_dims(graph: Any, inputs: list[int]) -> dict[str, int]:
                 f"execute: input '{node.op.label}' has shape {format_shape(node.shape)} = "
                 f"{expected} with dims {dims}, but its data has shape {data.shape}"
             )
+    if graph.dim_checks:
+        check_nonzero(graph.dim_checks, dims)
     return dims
+
+
+def check_nonzero(checks: list, dims: dict[str, int]) -> None:
+    """ShapeError for a recorded size (`Graph.require_nonzero`) that is 0 with these dims;
+    a size whose dims are not bound belongs to nodes this run does not need."""
+    for _, size, what in checks:
+        try:
+            value = size.evaluate(dims)
+        except ShapeError:
+            continue
+        if value == 0:
+            bound = {name: dims[name] for name in sorted(size.variables()) if name in dims}
+            raise ShapeError(f"execute: {what}, but {size} = 0 with {bound}")
 
 
 def fused_contractions(graph: Any, order: list[int], keep: set[int]) -> set[int]:

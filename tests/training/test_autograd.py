@@ -305,7 +305,7 @@ MOVEMENT = {
         lambda a: F.pad(a, (2, 1, 0, 2, 1, 0)).sin(),
     ),
     "pad_value": (
-        lambda a: a.pad([None, (1, 1)], 3.0).square(),
+        lambda a: a.pad([None, (1, 1), None], 3.0).square(),
         lambda a: F.pad(a, (0, 0, 1, 1), value=3.0) ** 2,
     ),
     "concat": (

@@ -253,7 +253,7 @@ class CompiledGraph:
     def _dims(self, graph: Graph) -> dict[str, int]:
         """The dimension map; without symbolic dims, only a shape comparison per input
         (the general check builds and evaluates expressions: ~25 us per run)."""
-        if not self.dims:
+        if not self.dims and not graph.dim_checks:  # checks: see Graph.require_nonzero
             static = self.__dict__.get("_static_shapes")
             if static is None:
                 static = [
