@@ -209,7 +209,7 @@ def _check_range(where: str, array: np.ndarray, result: np.ndarray, target: DTyp
     with np.errstate(invalid="ignore"):
         overflow = np.isinf(result) & np.isfinite(array)
     if overflow.any():
-        bad = array[overflow].reshape(-1)[0]
+        bad = array[overflow].reshape(-1)[0].item()
         raise DTypeError(
             f"{where} is {target.value}, but the value {bad!r} is outside its range "
             f"(largest finite: {_largest(target.numpy):g})"
