@@ -1,0 +1,320 @@
+"""Shape arithmetic folded at load time.
+
+Exporters compute shapes inside the model (Shape -> Gather -> Concat -> Reshape).
+Values known when the model loads are kept as numpy arrays; a tensor's shape becomes
+an int64 array, or an object array of `Expr` where a dim is symbolic, so
+`Reshape(x, Concat(Shape(x)[0], -1))` folds to `x.reshape((batch, -1))`. Each folder
+computes an op on such arrays, or returns None to let the op's graph rule run (for
+instance a comparison of symbolic dims, which is only known at run time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from luminal.graph import Graph
+from luminal.hl.combine import stack
+from luminal.onnx import dtypes
+from luminal.onnx.context import NodeContext
+from luminal.shape.expr import Expr
+from luminal.tensor import GraphTensor
+
+Folder = Callable[[NodeContext], list[np.ndarray] | None]
+
+
+def normalize(array: Any) -> np.ndarray:
+    """An object array whose entries are all known ints becomes int64."""
+    array = np.asarray(array)
+    if array.dtype != object:
+        return array
+    if all(not isinstance(v, Expr) or v.as_int() is not None for v in array.flat):
+        return np.array([int(v) for v in array.flat], dtype=np.int64).reshape(array.shape)
+    return array
+
+
+def is_symbolic(array: np.ndarray) -> bool:
+    return np.asarray(array).dtype == object
+
+
+def shape_array(dims: Any) -> np.ndarray:
+    """A shape as ONNX's Shape op gives it: int64, or object where a dim is symbolic."""
+    values = [d.as_int() if isinstance(d, Expr) and d.as_int() is not None else d for d in dims]
+    array = np.empty(len(values), dtype=object)
+    array[:] = values
+    return normalize(array)
+
+
+def lift_array(cx: Graph, array: np.ndarray, name: str) -> GraphTensor:
+    """A known value as a graph tensor: a scalar or a uniform array as a broadcast
+    constant, symbolic dims as expression constants, anything else as a weight."""
+    array = normalize(array)
+    if is_symbolic(array):
+        items = [cx.constant(v, "int32") for v in array.flat]
+        if array.ndim == 0:
+            return items[0]
+        return stack(items, 0).reshape(array.shape) if items else _empty(cx, array)
+    data = dtypes.to_luminal_array(array, f"constant {name!r}")
+    dtype = _luminal(data)
+    if data.size and data.ndim <= 8 and (data.size == 1 or _uniform(data)):
+        first = data.reshape(-1)[0].item()
+        return cx.constant(first, dtype).expand(data.shape)
+    return cx.tensor(data.shape, dtype=dtype, name=name).set(data)
+
+
+def _empty(cx: Graph, array: np.ndarray) -> GraphTensor:
+    return cx.tensor(array.shape, dtype="int32").set(np.zeros(array.shape, np.int32))
+
+
+def _uniform(data: np.ndarray) -> bool:
+    flat = data.reshape(-1)
+    if data.dtype.kind == "f" and np.isnan(flat).any():
+        return False
+    return bool((flat == flat[0]).all())
+
+
+def _luminal(data: np.ndarray) -> Any:
+    from luminal.dtype import from_numpy
+
+    return from_numpy(data.dtype)
+
+
+# ---------------------------------------------------------------- folders
+def _arrays(ctx: NodeContext) -> list[np.ndarray | None]:
+    return [None if v is None else np.asarray(v) for v in ctx.inputs]
+
+
+def _elementwise(fn: Callable[..., Any], allow_symbolic: bool = True) -> Folder:
+    def fold(ctx: NodeContext) -> list[np.ndarray] | None:
+        arrays = [a for a in _arrays(ctx) if a is not None]
+        if any(is_symbolic(a) for a in arrays):
+            if not allow_symbolic:
+                return None
+            if any(a.dtype.kind == "f" for a in arrays):
+                return None
+        with np.errstate(all="ignore"):
+            result = fn(*arrays)
+        out_dtype = np.result_type(*[a for a in arrays if not is_symbolic(a)] or [np.int64])
+        result = np.asarray(result)
+        if result.dtype != object:
+            result = result.astype(out_dtype if result.dtype != bool else bool)
+        return [normalize(result)]
+
+    return fold
+
+
+def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if a.dtype.kind == "f" or b.dtype.kind == "f":
+        return a / b
+    if is_symbolic(a) or is_symbolic(b):
+        return a // b
+    with np.errstate(all="ignore"):
+        quotient = np.where(b == 0, 0, np.trunc(a / np.where(b == 0, 1, b)))
+    return quotient.astype(np.result_type(a, b))
+
+
+def _cast(ctx: NodeContext) -> list[np.ndarray] | None:
+    (array,) = [np.asarray(ctx.inputs[0])]
+    target = dtypes.numpy_dtype(ctx.attr("to"))
+    if is_symbolic(array):
+        return [array] if target.kind in "iu" else None
+    if array.dtype.kind == "f" and target.kind in "iu":
+        with np.errstate(all="ignore"):
+            array = np.trunc(array)
+    return [array.astype(target)]
+
+
+def _cast_like(ctx: NodeContext) -> list[np.ndarray] | None:
+    array, like = np.asarray(ctx.inputs[0]), np.asarray(ctx.inputs[1])
+    if is_symbolic(array):
+        return [array] if like.dtype.kind in "iuO" else None
+    return [array.astype(like.dtype if like.dtype != object else np.int64)]
+
+
+def _gather(ctx: NodeContext) -> list[np.ndarray]:
+    data, indices = np.asarray(ctx.inputs[0]), np.asarray(ctx.inputs[1])
+    axis = ctx.attr("axis", 0)
+    indices = np.where(indices < 0, indices + data.shape[axis], indices)
+    return [normalize(np.take(data, indices, axis=axis))]
+
+
+def _concat(ctx: NodeContext) -> list[np.ndarray]:
+    arrays = [np.asarray(a) for a in ctx.inputs if a is not None]
+    if any(is_symbolic(a) for a in arrays):
+        arrays = [a.astype(object) for a in arrays]
+    return [normalize(np.concatenate(arrays, axis=ctx.attr("axis")))]
+
+
+def _axes(ctx: NodeContext, index: int) -> list[int] | None:
+    if ctx.opset >= 13 and ctx.has(index):
+        return [int(a) for a in np.asarray(ctx.inputs[index]).reshape(-1)]
+    axes = ctx.attr("axes")
+    return None if axes is None else list(axes)
+
+
+def _unsqueeze(ctx: NodeContext) -> list[np.ndarray]:
+    data = np.asarray(ctx.inputs[0])
+    axes = _axes(ctx, 1) or []
+    rank = data.ndim + len(axes)
+    for axis in sorted(a % rank for a in axes):
+        data = np.expand_dims(data, axis)
+    return [data]
+
+
+def _squeeze(ctx: NodeContext) -> list[np.ndarray]:
+    data = np.asarray(ctx.inputs[0])
+    axes = _axes(ctx, 1)
+    if axes is None:
+        return [np.squeeze(data)]
+    return [np.squeeze(data, axis=tuple(a % data.ndim for a in axes))]
+
+
+def _slice(ctx: NodeContext) -> list[np.ndarray] | None:
+    data = np.asarray(ctx.inputs[0])
+    if ctx.opset < 10:
+        starts, ends = ctx.attr("starts"), ctx.attr("ends")
+        axes = ctx.attr("axes", list(range(len(starts))))
+        steps = [1] * len(starts)
+    else:
+        values = [np.asarray(v) if v is not None else None for v in ctx.inputs[1:5]]
+        values += [None] * (4 - len(values))
+        if any(v is not None and is_symbolic(v) for v in values):
+            return None
+        starts, ends = list(values[0]), list(values[1])
+        axes = list(values[2]) if values[2] is not None else list(range(len(starts)))
+        steps = list(values[3]) if values[3] is not None else [1] * len(starts)
+    index = [slice(None)] * data.ndim
+    for start, end, axis, step in zip(starts, ends, axes, steps, strict=True):
+        index[int(axis) % data.ndim] = slice(_clamp(start), _clamp(end), int(step))
+    return [data[tuple(index)]]
+
+
+def _clamp(value: Any) -> int:
+    """Python slicing clamps any int; ONNX's INT64_MAX sentinels become None-like."""
+    value = int(value)
+    return max(min(value, 2**62), -(2**62))
+
+
+def _reshape(ctx: NodeContext) -> list[np.ndarray] | None:
+    data = np.asarray(ctx.inputs[0])
+    shape = np.asarray(ctx.inputs[1])
+    if is_symbolic(shape):
+        return None
+    dims = [int(d) for d in shape]
+    allowzero = ctx.attr("allowzero", 0)
+    dims = [data.shape[i] if d == 0 and not allowzero else d for i, d in enumerate(dims)]
+    return [data.reshape(dims)]
+
+
+def _constant_of_shape(ctx: NodeContext) -> list[np.ndarray] | None:
+    shape = np.asarray(ctx.inputs[0])
+    if is_symbolic(shape):
+        return None
+    value = ctx.attr("value")
+    fill = np.zeros(1, np.float32) if value is None else np.asarray(value).reshape(-1)
+    return [np.full([int(d) for d in shape], fill[0], dtype=fill.dtype)]
+
+
+def _range(ctx: NodeContext) -> list[np.ndarray] | None:
+    start, limit, delta = (np.asarray(v) for v in ctx.inputs[:3])
+    if any(is_symbolic(v) for v in (start, limit, delta)):
+        return None
+    return [np.arange(start, limit, delta, dtype=start.dtype)]
+
+
+def _expand(ctx: NodeContext) -> list[np.ndarray] | None:
+    data, shape = np.asarray(ctx.inputs[0]), np.asarray(ctx.inputs[1])
+    if is_symbolic(shape):
+        return None
+    target = np.broadcast_shapes(data.shape, tuple(int(d) for d in shape))
+    return [np.broadcast_to(data, target).copy()]
+
+
+def _reduce(fn: Callable[..., Any]) -> Folder:
+    def fold(ctx: NodeContext) -> list[np.ndarray] | None:
+        data = np.asarray(ctx.inputs[0])
+        if data.size == 0:
+            return None
+        axes = _axes(ctx, 1)
+        keepdims = bool(ctx.attr("keepdims", 1))
+        if not axes:
+            if ctx.attr("noop_with_empty_axes", 0) and axes is not None:
+                return [data]
+            axes = list(range(data.ndim))
+        result = fn(data, axis=tuple(a % max(data.ndim, 1) for a in axes), keepdims=keepdims)
+        return [normalize(np.asarray(result, dtype=data.dtype if data.dtype != object else None))]
+
+    return fold
+
+
+def _where(condition: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.where(condition, a, b)
+
+
+def _transpose(ctx: NodeContext) -> list[np.ndarray]:
+    data = np.asarray(ctx.inputs[0])
+    return [np.transpose(data, ctx.attr("perm"))]
+
+
+def _identity(ctx: NodeContext) -> list[np.ndarray]:
+    return [ctx.inputs[0]]
+
+
+def _tile(ctx: NodeContext) -> list[np.ndarray] | None:
+    data, repeats = np.asarray(ctx.inputs[0]), np.asarray(ctx.inputs[1])
+    if is_symbolic(repeats):
+        return None
+    return [np.tile(data, [int(r) for r in repeats])]
+
+
+def _not_symbolic(fold: Folder) -> Folder:
+    def guarded(ctx: NodeContext) -> list[np.ndarray] | None:
+        if any(v is not None and is_symbolic(np.asarray(v)) for v in ctx.inputs):
+            return None
+        return fold(ctx)
+
+    return guarded
+
+
+FOLDERS: dict[str, Folder] = {
+    "Identity": _identity,
+    "Cast": _cast,
+    "CastLike": _cast_like,
+    "Gather": _gather,
+    "Concat": _concat,
+    "Unsqueeze": _unsqueeze,
+    "Squeeze": _squeeze,
+    "Slice": _slice,
+    "Reshape": _reshape,
+    "Transpose": _transpose,
+    "ConstantOfShape": _constant_of_shape,
+    "Range": _range,
+    "Expand": _expand,
+    "Tile": _tile,
+    "Add": _elementwise(np.add),
+    "Sub": _elementwise(np.subtract),
+    "Mul": _elementwise(np.multiply),
+    "Div": _elementwise(_int_div),
+    "Neg": _elementwise(np.negative),
+    "Equal": _elementwise(np.equal, allow_symbolic=False),
+    "Less": _elementwise(np.less, allow_symbolic=False),
+    "Greater": _elementwise(np.greater, allow_symbolic=False),
+    "LessOrEqual": _elementwise(np.less_equal, allow_symbolic=False),
+    "GreaterOrEqual": _elementwise(np.greater_equal, allow_symbolic=False),
+    "Not": _elementwise(np.logical_not, allow_symbolic=False),
+    "And": _elementwise(np.logical_and, allow_symbolic=False),
+    "Or": _elementwise(np.logical_or, allow_symbolic=False),
+    "Where": _not_symbolic(_elementwise(_where)),
+    "Max": _elementwise(np.maximum, allow_symbolic=False),
+    "Min": _elementwise(np.minimum, allow_symbolic=False),
+    "Abs": _elementwise(np.abs, allow_symbolic=False),
+    "Sqrt": _elementwise(np.sqrt, allow_symbolic=False),
+    "Floor": _elementwise(np.floor, allow_symbolic=False),
+    "Ceil": _elementwise(np.ceil, allow_symbolic=False),
+    "ReduceProd": _not_symbolic(_reduce(np.prod)),
+    "ReduceSum": _not_symbolic(_reduce(np.sum)),
+    "ReduceMax": _not_symbolic(_reduce(np.max)),
+    "ReduceMin": _not_symbolic(_reduce(np.min)),
+}

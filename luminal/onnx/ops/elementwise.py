@@ -1,0 +1,286 @@
+"""Elementwise math, comparisons, logic and casts (numpy broadcasting throughout)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from functools import reduce
+
+import numpy as np
+
+from luminal.dtype import DType, bool_, float32, int32
+from luminal.hl.binary import not_nan
+from luminal.onnx import dtypes
+from luminal.onnx.context import NodeContext
+from luminal.onnx.ops.common import as_float, floor, select
+from luminal.tensor import GraphTensor
+
+Rule = Callable[[NodeContext], object]
+
+
+def _binary(fn: Callable[[GraphTensor, GraphTensor], GraphTensor]) -> Rule:
+    return lambda ctx: fn(ctx.tensor(0), ctx.tensor(1))
+
+
+def _unary(fn: Callable[[GraphTensor], GraphTensor]) -> Rule:
+    return lambda ctx: fn(ctx.tensor(0))
+
+
+def _keep_dtype(fn: Callable[[GraphTensor], GraphTensor]) -> Callable[[GraphTensor], GraphTensor]:
+    """A float function applied to float16/bfloat16 keeps its dtype (ONNX's typing)."""
+    return lambda x: fn(x).cast(x.dtype) if x.dtype.is_float else fn(x)
+
+
+def div(a: GraphTensor, b: GraphTensor) -> GraphTensor:
+    """Float division, or integer division truncating toward zero (as C and onnxruntime)."""
+    if a.dtype.is_float or b.dtype.is_float:
+        return a / b
+    floor_quotient = a // b
+    inexact = (a % b).ne(0)
+    signs_differ = a.lt(0).ne(b.lt(0))
+    return floor_quotient + inexact * signs_differ
+
+
+def mod(ctx: NodeContext) -> GraphTensor:
+    """fmod=0: sign of the divisor (luminal's %); fmod=1: sign of the dividend (C fmod)."""
+    a, b = ctx.tensor(0), ctx.tensor(1)
+    floored = a % b
+    if not ctx.attr("fmod", 0):
+        return floored
+    fix = floored.ne(0) * a.lt(0).ne(b.lt(0))
+    return floored - (b * fix).cast(floored.dtype)
+
+
+def power(ctx: NodeContext) -> GraphTensor:
+    """ONNX Pow keeps the base's type; integer results are rounded, not truncated."""
+    base, exponent = ctx.tensor(0), ctx.tensor(1)
+    if base.dtype.is_float:
+        return base.pow(exponent.cast(base.dtype)).cast(base.dtype)
+    if not exponent.dtype.is_float:
+        return base.pow(exponent).cast(base.dtype)
+    value = base.cast(float32).pow(exponent.cast(float32))
+    return round_half_even(value).cast(base.dtype)
+
+
+def round_half_even(x: GraphTensor) -> GraphTensor:
+    """Round to nearest, ties to even (numpy.round, ONNX Round)."""
+    if not x.dtype.is_float:
+        return x
+    shifted = x + 0.5
+    rounded = floor(shifted)
+    tie = (shifted % 1.0).eq(0)
+    odd = (rounded % 2.0).eq(1)
+    return rounded - tie * odd
+
+
+def _atan(x: GraphTensor) -> GraphTensor:
+    """arctan to float32 accuracy: |x| > 1 folds to pi/2 - atan(1/|x|), then
+    |t| > tan(pi/8) to pi/4 + atan((t-1)/(t+1)), then an odd Taylor series."""
+    x = as_float(x)
+    a = x.abs()
+    big = a.gt(1.0)
+    t = select(big, a.reciprocal(), a)
+    mid = t.gt(0.41421356237309503)
+    u = select(mid, (t - 1.0) / (t + 1.0), t)
+    u2 = u * u
+    coefficients = [(-1) ** k / (2 * k + 1) for k in range(15)]
+    series = u2 * coefficients[-1] + coefficients[-2]
+    for c in reversed(coefficients[:-2]):
+        series = series * u2 + c
+    folded = u * series + mid * (math.pi / 4)
+    return select(big, math.pi / 2 - folded, folded) * x.sign()
+
+
+def _asin(x: GraphTensor) -> GraphTensor:
+    x = as_float(x)
+    return _atan(x / (1.0 - x * x).sqrt())
+
+
+def _acos(x: GraphTensor) -> GraphTensor:
+    return math.pi / 2 - _asin(x)
+
+
+def _sinh(x: GraphTensor) -> GraphTensor:
+    return (x.exp() - (-x).exp()) * 0.5
+
+
+def _cosh(x: GraphTensor) -> GraphTensor:
+    return (x.exp() + (-x).exp()) * 0.5
+
+
+def _asinh(x: GraphTensor) -> GraphTensor:
+    a = x.abs()
+    return (a + (a * a + 1.0).sqrt()).log() * x.sign()
+
+
+def _acosh(x: GraphTensor) -> GraphTensor:
+    return (x + (x * x - 1.0).sqrt()).log()
+
+
+def _atanh(x: GraphTensor) -> GraphTensor:
+    return ((1.0 + x) / (1.0 - x)).log() * 0.5
+
+
+def _is_inf(ctx: NodeContext) -> GraphTensor:
+    x = as_float(ctx.tensor(0))
+    positive, negative = ctx.attr("detect_positive", 1), ctx.attr("detect_negative", 1)
+    result = x.eq(math.inf) * positive + x.eq(-math.inf) * negative
+    return result.cast(bool_)
+
+
+def _is_nan(ctx: NodeContext) -> GraphTensor:
+    return (1 - not_nan(as_float(ctx.tensor(0)))).cast(bool_)
+
+
+def _compare(name: str) -> Rule:
+    return lambda ctx: getattr(ctx.tensor(0), name)(ctx.tensor(1)).cast(bool_)
+
+
+def _logic(fn: Callable[[GraphTensor, GraphTensor], GraphTensor]) -> Rule:
+    return lambda ctx: fn(ctx.tensor(0).cast(int32), ctx.tensor(1).cast(int32)).cast(bool_)
+
+
+def _variadic(fn: Callable[[GraphTensor, GraphTensor], GraphTensor]) -> Rule:
+    return lambda ctx: reduce(fn, ctx.tensors())
+
+
+def _mean(ctx: NodeContext) -> GraphTensor:
+    tensors = ctx.tensors()
+    return (reduce(lambda a, b: a + b, tensors) / float(len(tensors))).cast(tensors[0].dtype)
+
+
+def _extreme(name: str) -> Callable[[GraphTensor, GraphTensor], GraphTensor]:
+    """Max/Min keeping NaN (as numpy.maximum) and the operands' dtype."""
+
+    def pick(a: GraphTensor, b: GraphTensor) -> GraphTensor:
+        if a.dtype == DType.bool:
+            a, b = a.cast(int32), b.cast(int32)
+        result = getattr(a, name)(b)
+        if a.dtype.is_float:
+            nan = (1 - not_nan(a) * not_nan(b)).cast(bool_)
+            result = select(nan, a + b, result)
+        return result
+
+    return pick
+
+
+def clip(ctx: NodeContext) -> GraphTensor:
+    x = ctx.tensor(0)
+    if ctx.opset < 11:
+        low, high = ctx.attr("min"), ctx.attr("max")
+        return x.clip(low, high)
+    result = x
+    if ctx.has(1):
+        result = result.maximum(ctx.tensor(1).cast(x.dtype))
+    if ctx.has(2):
+        result = result.minimum(ctx.tensor(2).cast(x.dtype))
+    return result
+
+
+def cast(ctx: NodeContext) -> GraphTensor:
+    target = ctx.attr("to")
+    return cast_to(ctx.tensor(0), target)
+
+
+def cast_to(x: GraphTensor, elem_type: int) -> GraphTensor:
+    """ONNX Cast: float -> int truncates (as luminal); -> bool is x != 0; narrow integer
+    types wrap as numpy's astype does."""
+    target = dtypes.luminal_dtype(elem_type)
+    if target == bool_:
+        return x.ne(0).cast(bool_) if x.dtype != bool_ else x
+    result = x.cast(target)
+    bits = {2: 8, 3: 8, 4: 16, 5: 16}.get(elem_type)  # UINT8 INT8 UINT16 INT16
+    if bits is None or x.dtype == bool_:
+        return result
+    span = 1 << bits
+    wrapped = result % span
+    if elem_type in (3, 5):  # signed: [-2^(bits-1), 2^(bits-1))
+        wrapped = wrapped - wrapped.ge(span // 2) * span
+    return wrapped
+
+
+def cast_like(ctx: NodeContext) -> GraphTensor:
+    like = ctx.inputs[1]
+    if isinstance(like, GraphTensor):
+        target = {
+            DType.float32: 1,
+            DType.float16: 10,
+            DType.bfloat16: 16,
+            DType.int32: 6,
+            DType.bool: 9,
+        }[like.dtype]
+    else:
+        target = dtypes.from_numpy(np.asarray(like).dtype)
+    return cast_to(ctx.tensor(0), target)
+
+
+def _bit_shift(ctx: NodeContext) -> GraphTensor:
+    x, shift = ctx.tensor(0), ctx.tensor(1)
+    factor = (2 ** shift.cast(int32)).cast(x.dtype)
+    if ctx.attr("direction") == "LEFT":
+        return x * factor
+    return x // factor
+
+
+def _not(ctx: NodeContext) -> GraphTensor:
+    return (1 - ctx.tensor(0).cast(int32)).cast(bool_)
+
+
+def _where(ctx: NodeContext) -> GraphTensor:
+    return select(ctx.tensor(0), ctx.tensor(1), ctx.tensor(2))
+
+
+def _float_unary(fn: Callable[[GraphTensor], GraphTensor]) -> Rule:
+    return _unary(_keep_dtype(fn))
+
+
+RULES: dict[str, Rule] = {
+    "Add": _binary(lambda a, b: a + b),
+    "Sub": _binary(lambda a, b: a - b),
+    "Mul": _binary(lambda a, b: a * b),
+    "Div": _binary(div),
+    "Mod": mod,
+    "Pow": power,
+    "Neg": _unary(lambda x: -x),
+    "Abs": _unary(lambda x: x.abs()),
+    "Sign": _unary(lambda x: x.sign()),
+    "Reciprocal": _float_unary(lambda x: x.reciprocal()),
+    "Sqrt": _float_unary(lambda x: x.sqrt()),
+    "Exp": _float_unary(lambda x: x.exp()),
+    "Log": _float_unary(lambda x: x.log()),
+    "Sin": _float_unary(lambda x: x.sin()),
+    "Cos": _float_unary(lambda x: x.cos()),
+    "Tan": _float_unary(lambda x: x.sin() / x.cos()),
+    "Asin": _float_unary(_asin),
+    "Acos": _float_unary(_acos),
+    "Atan": _float_unary(_atan),
+    "Sinh": _float_unary(_sinh),
+    "Cosh": _float_unary(_cosh),
+    "Asinh": _float_unary(_asinh),
+    "Acosh": _float_unary(_acosh),
+    "Atanh": _float_unary(_atanh),
+    "Erf": _float_unary(lambda x: x.erf()),
+    "Floor": _unary(floor),
+    "Ceil": _unary(lambda x: -floor(-x) if x.dtype.is_float else x),
+    "Round": _unary(round_half_even),
+    "IsInf": _is_inf,
+    "IsNaN": _is_nan,
+    "Equal": _compare("eq"),
+    "Less": _compare("lt"),
+    "Greater": _compare("gt"),
+    "LessOrEqual": _compare("le"),
+    "GreaterOrEqual": _compare("ge"),
+    "And": _logic(lambda a, b: a * b),
+    "Or": _logic(lambda a, b: (a + b).gt(0)),
+    "Xor": _logic(lambda a, b: a.ne(b)),
+    "Not": _not,
+    "BitShift": _bit_shift,
+    "Where": _where,
+    "Max": _variadic(_extreme("maximum")),
+    "Min": _variadic(_extreme("minimum")),
+    "Sum": _variadic(lambda a, b: a + b),
+    "Mean": _mean,
+    "Clip": clip,
+    "Cast": cast,
+    "CastLike": cast_like,
+}
