@@ -34,7 +34,9 @@ class LuminalRep(BackendRep):
         self.model = model
         self.compiler = compiler
         self.input_names = [
-            i.name for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}
+            i.name
+            for i in model.graph.input
+            if i.name not in {t.name for t in model.graph.initializer}
         ]
         declared = {o.name: o.type.tensor_type.elem_type for o in model.graph.output}
         self.output_types = {
@@ -52,15 +54,23 @@ class LuminalRep(BackendRep):
         try:
             self.inputs, self.outputs = load(self.model, graph, constants=constants)
         except NeedsConstantInput as error:
-            if error.input_name in self.constant_names:
+            wanted = [error.input_name] if error.input_name else self._integer_inputs()
+            wanted = [n for n in wanted if n not in self.constant_names]
+            if not wanted:
                 raise
-            self.constant_names.append(error.input_name)
+            self.constant_names.extend(wanted)
             self.graph = None
             return False
         if self.compiler is not None:
             graph.compile(self.compiler)
         self.graph = graph
         return True
+
+    def _integer_inputs(self) -> list[str]:
+        """Inputs that may carry shape values (integers), when a shape is computed from
+        inputs rather than read from one."""
+        kinds = {i.name: i.type.tensor_type.elem_type for i in self.model.graph.input}
+        return [n for n in self.input_names if kinds.get(n) in dtypes.INTEGER_TYPES]
 
     def _specialise(self, feeds: dict[str, Any]) -> None:
         if not self.constant_names:

@@ -110,10 +110,11 @@ class NodeContext:
                     "array}) so the shapes it fixes are known",
                     source,
                 )
-            raise self.unsupported(
-                f"input {index} ({what or self.node.input[index]}) must be known when the model "
-                "is loaded (a constant, an initializer or computed from shapes); a value "
-                "computed from run-time data would give a data-dependent shape"
+            raise NeedsConstantInput(
+                f"{self.describe()}: input {index} ({what or self.node.input[index]}) must be "
+                "known when the model is loaded (a constant, an initializer or computed from "
+                "shapes); a value computed from run-time data would give a data-dependent shape",
+                None,
             )
         return value
 

@@ -24,6 +24,7 @@ _INTEGERS = {
     TensorProto.UINT32: np.uint32,
     TensorProto.UINT64: np.uint64,
 }
+INTEGER_TYPES = frozenset(_INTEGERS)
 _FLOATS = {
     TensorProto.FLOAT: (np.float32, float32),
     TensorProto.DOUBLE: (np.float64, float32),

@@ -15,9 +15,10 @@ class UnsupportedOpError(OnnxImportError, NotImplementedError):
 
 class NeedsConstantInput(UnsupportedOpError):
     """A graph input fixes a shape (Reshape's shape, Reduce's axes, ...): the model can
-    only be imported with that input's value given (`load(..., constants=...)`)."""
+    only be imported with that input's value given (`load(..., constants=...)`).
+    `input_name` is None when the value is computed from inputs rather than one."""
 
-    def __init__(self, message: str, input_name: str) -> None:
+    def __init__(self, message: str, input_name: str | None) -> None:
         super().__init__(message)
         self.input_name = input_name
 

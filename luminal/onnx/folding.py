@@ -115,6 +115,15 @@ def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return quotient.astype(np.result_type(a, b))
 
 
+def _mod(ctx: NodeContext) -> list[np.ndarray] | None:
+    a, b = np.asarray(ctx.inputs[0]), np.asarray(ctx.inputs[1])
+    if is_symbolic(a) or is_symbolic(b):
+        return [normalize(a % b)] if not ctx.attr("fmod", 0) else None
+    with np.errstate(all="ignore"):
+        result = np.fmod(a, b) if ctx.attr("fmod", 0) else np.mod(a, b)
+    return [result.astype(np.result_type(a, b))]
+
+
 def _cast(ctx: NodeContext) -> list[np.ndarray] | None:
     (array,) = [np.asarray(ctx.inputs[0])]
     target = dtypes.numpy_dtype(ctx.attr("to"))
@@ -127,10 +136,12 @@ def _cast(ctx: NodeContext) -> list[np.ndarray] | None:
 
 
 def _cast_like(ctx: NodeContext) -> list[np.ndarray] | None:
-    array, like = np.asarray(ctx.inputs[0]), np.asarray(ctx.inputs[1])
+    """CastLike of a known value needs only the other input's type, not its value."""
+    array, like = np.asarray(ctx.inputs[0]), ctx.inputs[1]
+    target = like.dtype.numpy if isinstance(like, GraphTensor) else np.asarray(like).dtype
     if is_symbolic(array):
-        return [array] if like.dtype.kind in "iuO" else None
-    return [array.astype(like.dtype if like.dtype != object else np.int64)]
+        return [array] if target.kind in "iuO" else None
+    return [array.astype(np.int64 if target.kind == "O" else target)]
 
 
 def _gather(ctx: NodeContext) -> list[np.ndarray]:
@@ -298,6 +309,12 @@ FOLDERS: dict[str, Folder] = {
     "Mul": _elementwise(np.multiply),
     "Div": _elementwise(_int_div),
     "Neg": _elementwise(np.negative),
+    "Mod": _mod,
+    "Pow": _elementwise(lambda a, b: np.power(a, b).astype(a.dtype), allow_symbolic=False),
+    "Exp": _elementwise(np.exp, allow_symbolic=False),
+    "Log": _elementwise(np.log, allow_symbolic=False),
+    "Reciprocal": _elementwise(np.reciprocal, allow_symbolic=False),
+    "Xor": _elementwise(np.logical_xor, allow_symbolic=False),
     "Equal": _elementwise(np.equal, allow_symbolic=False),
     "Less": _elementwise(np.less, allow_symbolic=False),
     "Greater": _elementwise(np.greater, allow_symbolic=False),

@@ -82,7 +82,9 @@ def _type_proto(value: Any) -> onnx.TypeProto:
     if isinstance(value, GraphTensor):
         return helper.make_tensor_type_proto(_TYPES[value.dtype], [None] * value.ndim)
     array = np.asarray(value)
-    elem = TensorProto.INT64 if array.dtype == object else helper.np_dtype_to_tensor_dtype(array.dtype)
+    elem = (
+        TensorProto.INT64 if array.dtype == object else helper.np_dtype_to_tensor_dtype(array.dtype)
+    )
     return helper.make_tensor_type_proto(elem, list(array.shape))
 
 

@@ -219,9 +219,7 @@ class Importer:
                 raise
             raise type(error)(f"{ctx.describe()}: {error}") from error
         except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError) as error:
-            raise OnnxImportError(
-                f"{ctx.describe()}: {type(error).__name__}: {error}"
-            ) from error
+            raise OnnxImportError(f"{ctx.describe()}: {type(error).__name__}: {error}") from error
         if not isinstance(results, list | tuple):
             results = [results]
         return list(results)
@@ -232,7 +230,8 @@ class Importer:
             return self._expand(ctx, self.local[(domain, node.op_type)], env, opsets)
         if domain in DEFAULT_DOMAINS and node.op_type in RULES:
             folder = FOLDERS.get(node.op_type)
-            present = [v for v in ctx.inputs if v is not None]
+            needed = ctx.inputs[:1] if node.op_type == "CastLike" else ctx.inputs  # only a type
+            present = [v for v in needed if v is not None]
             if folder is not None and present and all(is_static(v) for v in present):
                 folded = folder(ctx)
                 if folded is not None:

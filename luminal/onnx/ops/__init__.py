@@ -6,7 +6,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from luminal.onnx.ops import activations, elementwise, indexing, matmul, nn_ops, reductions, shape_ops
+from luminal.onnx.ops import (
+    activations,
+    elementwise,
+    indexing,
+    matmul,
+    nn_ops,
+    reductions,
+    shape_ops,
+)
 
 Rule = Callable[..., object]
 

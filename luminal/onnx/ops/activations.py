@@ -37,11 +37,12 @@ def _hard_sigmoid(x: GraphTensor, alpha: float, beta: float) -> GraphTensor:
 
 
 def _prelu(ctx: NodeContext) -> GraphTensor:
+    """max(x, 0) + slope * min(x, 0); a 1-D slope that does not broadcast against the
+    last dim is per channel (axis 1), as older exporters wrote it."""
     x, slope = ctx.tensor(0), ctx.tensor(1)
-    if ctx.opset < 7 or slope.ndim == 1 and x.ndim > 1 and slope.view.shape[0] != x.view.shape[-1]:
-        # an older unidirectional form: slope per channel (axis 1)
-        if slope.ndim == 1 and x.ndim > 2:
-            slope = slope.reshape((slope.view.shape[0],) + (1,) * (x.ndim - 2))
+    per_channel = slope.ndim == 1 and x.ndim > 2 and slope.view.shape[0] != x.view.shape[-1]
+    if per_channel:
+        slope = slope.reshape((slope.view.shape[0],) + (1,) * (x.ndim - 2))
     return x.maximum(0) + x.minimum(0) * slope
 
 
@@ -99,12 +100,16 @@ RULES: dict[str, Rule] = {
     "PRelu": _prelu,
     "Elu": _float(lambda ctx, x: _elu(x, ctx.attr("alpha", 1.0))),
     "Selu": _float(
-        lambda ctx, x: _elu(x, ctx.attr("alpha", 1.67326319217681884765625))
-        * ctx.attr("gamma", 1.05070102214813232421875)
+        lambda ctx, x: (
+            _elu(x, ctx.attr("alpha", 1.67326319217681884765625))
+            * ctx.attr("gamma", 1.05070102214813232421875)
+        )
     ),
     "Celu": _float(
-        lambda ctx, x: x.maximum(0)
-        + ((x / ctx.attr("alpha", 1.0)).exp() - 1.0).minimum(0) * ctx.attr("alpha", 1.0)
+        lambda ctx, x: (
+            x.maximum(0)
+            + ((x / ctx.attr("alpha", 1.0)).exp() - 1.0).minimum(0) * ctx.attr("alpha", 1.0)
+        )
     ),
     "Sigmoid": _float(lambda ctx, x: x.sigmoid()),
     "HardSigmoid": _float(

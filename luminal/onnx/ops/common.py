@@ -25,7 +25,9 @@ def select(condition: GraphTensor, a: GraphTensor, b: GraphTensor) -> GraphTenso
     shape = broadcast_shapes(shape, condition.view.shape, "Where")
     flags = condition.cast(int32).expand(shape)
     wide = dtype if dtype != DType.bool else int32
-    pair = concat([b.cast(wide).expand(shape).unsqueeze(-1), a.cast(wide).expand(shape).unsqueeze(-1)], -1)
+    pair = concat(
+        [b.cast(wide).expand(shape).unsqueeze(-1), a.cast(wide).expand(shape).unsqueeze(-1)], -1
+    )
     flat = pair.reshape((-1,))
     index = a.graph.iota(var("z") * 2, shape) + flags
     return flat.gather(index).cast(dtype)
@@ -70,7 +72,9 @@ def as_float(x: GraphTensor) -> GraphTensor:
 
 
 def full(graph: Any, value: float | int | bool, shape: Sequence[Any], dtype: Any) -> GraphTensor:
-    return graph.constant(value, dtype).expand(tuple(sym(d) if isinstance(d, Expr) else d for d in shape))
+    return graph.constant(value, dtype).expand(
+        tuple(sym(d) if isinstance(d, Expr) else d for d in shape)
+    )
 
 
 def floor(x: GraphTensor) -> GraphTensor:

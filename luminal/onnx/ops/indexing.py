@@ -58,7 +58,9 @@ def _gather_elements(ctx: NodeContext) -> GraphTensor:
     return data.reshape((-1,)).gather(rows)
 
 
-def _nd_rows(data: GraphTensor, indices: GraphTensor, batch_dims: int) -> tuple[GraphTensor, GraphTensor]:
+def _nd_rows(
+    data: GraphTensor, indices: GraphTensor, batch_dims: int
+) -> tuple[GraphTensor, GraphTensor]:
     """(table, rows): data as rows of its trailing dims and the row each index tuple of
     GatherND/ScatterND names."""
     k = indices.view.shape[-1].as_int()

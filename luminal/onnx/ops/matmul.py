@@ -63,7 +63,10 @@ def _einsum(ctx: NodeContext) -> GraphTensor:
         letters = [c for t in terms for c in t]
         output = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
     else:
-        widths = [x.ndim - len(t.replace("...", "")) for t, x in zip(inputs_text.split(","), operands, strict=True)]
+        widths = [
+            x.ndim - len(t.replace("...", ""))
+            for t, x in zip(inputs_text.split(","), operands, strict=True)
+        ]
         output = _expand_ellipsis(output, max(widths, default=0) + len(output.replace("...", "")))
     for term in terms:
         if len(set(term)) != len(term):

@@ -88,12 +88,17 @@ def _conv_transpose(ctx: NodeContext) -> GraphTensor:
     auto_pad = ctx.attr("auto_pad", "NOTSET")
     sizes = [x.view.shape[2 + i].as_int() for i in range(dims)]
     if output_shape is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        target = list(output_shape)[-dims:] if output_shape is not None else [
-            sizes[i] * strides[i] for i in range(dims)
-        ]
+        target = (
+            list(output_shape)[-dims:]
+            if output_shape is not None
+            else [sizes[i] * strides[i] for i in range(dims)]
+        )
         for i in range(dims):
             total = (
-                strides[i] * (sizes[i] - 1) + out_pad[i] + (kernel[i] - 1) * dilations[i] + 1
+                strides[i] * (sizes[i] - 1)
+                + out_pad[i]
+                + (kernel[i] - 1) * dilations[i]
+                + 1
                 - target[i]
             )
             half = total // 2
@@ -132,7 +137,9 @@ def _pool_setup(ctx: NodeContext, x: GraphTensor) -> tuple:
     strides, dilations, pairs = _spatial(ctx, x, kernel)
     extra = [0] * len(kernel)
     if ctx.attr("ceil_mode", 0):
-        for i, (k, s, d, (pb, pe)) in enumerate(zip(kernel, strides, dilations, pairs, strict=True)):
+        for i, (k, s, d, (pb, pe)) in enumerate(
+            zip(kernel, strides, dilations, pairs, strict=True)
+        ):
             size = x.view.shape[x.ndim - len(kernel) + i].as_int()
             span = size + pb + pe - d * (k - 1) - 1
             out = -(-span // s) + 1
@@ -205,7 +212,9 @@ def _batch_norm(ctx: NodeContext) -> list[GraphTensor]:
     x, scale, bias, mean, var = (ctx.tensor(i) for i in range(5))
     eps = ctx.attr("epsilon", 1e-5)
     rank = x.ndim
-    training = ctx.attr("training_mode", 0) or (ctx.opset < 14 and len(ctx.node.output) > 1 and any(ctx.node.output[1:]))
+    training = ctx.attr("training_mode", 0) or (
+        ctx.opset < 14 and len(ctx.node.output) > 1 and any(ctx.node.output[1:])
+    )
     if not training:
         inv = (_channel(var, rank) + eps).sqrt().reciprocal()
         return [(x - _channel(mean, rank)) * inv * _channel(scale, rank) + _channel(bias, rank)]

@@ -79,7 +79,9 @@ def _reduce_rule(name: str) -> Rule:
         keepdims = bool(ctx.attr("keepdims", 1))
         reduced_shape = tuple(1 if i in axes else d for i, d in enumerate(x.view.shape))
         if any(x.view.shape[a].as_int() == 0 for a in axes):
-            result = full(x.graph, _EMPTY[name], reduced_shape, x.dtype if x.dtype.is_float else "float32")
+            result = full(
+                x.graph, _EMPTY[name], reduced_shape, x.dtype if x.dtype.is_float else "float32"
+            )
             result = result.cast(x.dtype)
         else:
             result = _BODIES[name](x, axes)
@@ -100,7 +102,10 @@ def _arg_rule(name: str) -> Rule:
         if ctx.attr("select_last_index", 0):
             last = x.view.shape[axis]
             index = getattr(reverse(x, axis), method)(axis, keepdim=keepdims)
-            return (x.graph.constant(last - 1 if last.as_int() is None else last.as_int() - 1, int32) - index)
+            return (
+                x.graph.constant(last - 1 if last.as_int() is None else last.as_int() - 1, int32)
+                - index
+            )
         return getattr(x, method)(axis, keepdim=keepdims)
 
     return rule

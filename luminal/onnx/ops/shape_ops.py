@@ -143,7 +143,11 @@ def _space_to_depth(ctx: NodeContext) -> GraphTensor:
     x = ctx.tensor(0)
     b = ctx.attr("blocksize")
     n, c, h, w = x.view.shape
-    y = x.reshape((n, c, h // b, b, w // b, b)).permute(0, 3, 5, 1, 2, 4)
+    blocks = x.reshape((n, c, h // b, b, w // b, b))
+    if ctx.attr("mode", "DCR") == "CRD":
+        y = blocks.permute(0, 1, 3, 5, 2, 4)
+    else:
+        y = blocks.permute(0, 3, 5, 1, 2, 4)
     return y.reshape((n, c * b * b, h // b, w // b))
 
 
@@ -236,7 +240,9 @@ def _pad(ctx: NodeContext) -> GraphTensor:
         axes = list(range(x.ndim))
     else:
         pads = ctx.static_ints(1, "pads")
-        value = float(np.asarray(ctx.static(2, "constant_value")).reshape(-1)[0]) if ctx.has(2) else 0
+        value = (
+            float(np.asarray(ctx.static(2, "constant_value")).reshape(-1)[0]) if ctx.has(2) else 0
+        )
         axes = ctx.static_ints(3, "axes") if ctx.has(3) else list(range(x.ndim))
     axes = [axis_of(a, x.ndim) for a in axes]
     count = len(axes)
@@ -314,8 +320,10 @@ def _constant_of_shape(ctx: NodeContext) -> GraphTensor:
 
 
 def _range(ctx: NodeContext) -> GraphTensor:
-    start, limit, delta = (np.asarray(ctx.static(i, n)).reshape(()).item() for i, n in
-                           enumerate(("start", "limit", "delta")))
+    start, limit, delta = (
+        np.asarray(ctx.static(i, n)).reshape(()).item()
+        for i, n in enumerate(("start", "limit", "delta"))
+    )
     if any(isinstance(v, float) for v in (start, limit, delta)):
         raise ctx.unsupported("a float Range with symbolic bounds")
     count = (sym(limit) - start + delta - 1) // delta if delta > 0 else None
@@ -343,7 +351,9 @@ def _one_hot(ctx: NodeContext) -> GraphTensor:
     axis = ctx.attr("axis", -1)
     rank = indices.ndim + 1
     axis = axis % rank
-    index = wrap_negative(indices.cast(values.dtype if not values.dtype.is_float else "float32").cast(int32), depth)
+    index = wrap_negative(
+        indices.cast(values.dtype if not values.dtype.is_float else "float32").cast(int32), depth
+    )
     index = index.unsqueeze(axis)
     shape = [1] * rank
     shape[axis] = depth
