@@ -35,6 +35,10 @@ def __getattr__(name: str) -> object:
         import luminal.models
 
         return luminal.models
+    if name == "onnx":  # lm.onnx.load; imports the onnx package only when asked for
+        import luminal.onnx
+
+        return luminal.onnx
     if name == "training":  # lm.training.Autograd without an explicit import
         import luminal.training
 
