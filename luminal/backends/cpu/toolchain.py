@@ -30,34 +30,40 @@ Flags (measured with gcc 12.2 / glibc 2.36 on an AVX-512 Xeon, `-fopt-info-vec` 
 
 Cache: each translation unit becomes `<sha256>.o` (key: source, flags, header, compiler
 identity including what `-march=native` means here, glibc, luminal version); a library is
-`<sha256>.so` (key: its object keys and link flags), both under `cache_dir()`. gcc runs in the
-cache directory on relative file names, so objects are byte-identical whatever the directory.
-Writes go to a unique temporary name in the same directory and are published with
-`os.replace`: a killed compile leaves a temporary that is never read and is removed after an
-hour; two processes building the same thing both succeed (the second replace swaps in an
-identical file).
+`<sha256>.so` (key: its object keys and link flags), both under `cache_dir()`, a private
+directory (`cache_location`). gcc runs in the cache directory on relative file names, so
+objects are byte-identical whatever the directory. Writes go to a unique temporary name in
+the same directory and are published with `os.replace`, then described by a manifest
+(`cache_files`): a killed compile leaves a temporary that is never read and is removed after
+an hour; two processes building the same thing both succeed (the second replace swaps in an
+identical file). An artefact is reused, and a library loaded, only when its manifest matches
+its bytes; the `.c` and header files are rewritten from memory before gcc reads them. gcc
+runs under `LUMINAL_CC_TIMEOUT` seconds (default 300).
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import functools
 import hashlib
 import os
 import platform
 import re
-import secrets
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from luminal.backends.cpu import cache_files, gcc_runner
+from luminal.backends.cpu.cache_files import STALE_TEMP_SECONDS, temp_name
+from luminal.backends.cpu.cache_files import TEMP_MARKER as TEMP_MARKER  # re-exported
+from luminal.backends.cpu.cache_location import cache_dir, is_private
+from luminal.backends.cpu.cache_location import cache_root as cache_root  # re-exported
+from luminal.backends.cpu.gcc_runner import TIMEOUT_VARIABLE, cc_timeout, compile_error, run
 from luminal.errors import CompileError
 
 # OpenMP threads that finish a kernel spin before sleeping. With the default spin count
@@ -102,26 +108,8 @@ LUMINAL_SIMD float erff(float);
 """
 
 CACHE_FORMAT = "1"  # bump when file layout or key contents change
-TEMP_MARKER = ".tmp-"
-STALE_TEMP_SECONDS = 3600.0
-SOURCE_LINES_IN_ERRORS = 40
 ELF_MAGIC = b"\x7fELF"
-
-
-# ------------------------------------------------------------------------------ cache place
-def cache_root() -> Path:
-    """`$LUMINAL_CACHE_DIR`, else `$XDG_CACHE_HOME/luminal`, else `~/.cache/luminal`."""
-    explicit = os.environ.get("LUMINAL_CACHE_DIR")
-    if explicit:
-        return Path(explicit).expanduser().absolute()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base.absolute() / "luminal"
-
-
-def cache_dir() -> Path:
-    """Where compiled objects and libraries live (created on first use)."""
-    return cache_root() / "cpu-kernels"
+CACHED_LIBRARY = re.compile(r"[0-9a-f]{64}\.so")
 
 
 # ------------------------------------------------------------------------------ statistics
@@ -188,11 +176,17 @@ def compiler_identity() -> str:
             capture_output=True,
             text=True,
             check=False,
+            timeout=cc_timeout(),
         )
     except FileNotFoundError as error:
         raise CompileError(
             f"the CPU backend needs the C compiler {CC!r}, which was not found on PATH"
         ) from error
+    except subprocess.TimeoutExpired as error:
+        raise CompileError(
+            f"asking {CC!r} for its version did not finish within {error.timeout:g} s "
+            f"({TIMEOUT_VARIABLE})"
+        ) from None
     libc = "-".join(platform.libc_ver())
     return "\n".join([probe.stderr.strip(), f"libc {libc}", f"machine {platform.machine()}"])
 
@@ -201,6 +195,12 @@ def _luminal_version() -> str:
     import luminal
 
     return str(getattr(luminal, "__version__", "unknown"))
+
+
+@functools.cache
+def build_id() -> str:
+    """What every manifest must name: cache format, luminal version, compiler identity."""
+    return _digest("luminal-build", CACHE_FORMAT, _luminal_version(), compiler_identity())
 
 
 def _compile_flags() -> tuple[str, ...]:
@@ -237,7 +237,7 @@ def library_key(object_keys: Sequence[str], link_blas: bool) -> str:
 
 # ------------------------------------------------------------------------------ files
 def _is_elf(path: Path) -> bool:
-    """A finished artefact: exists and starts like an ELF file (cheap corruption guard)."""
+    """gcc's output starts like an ELF file (a cheap check before it is published)."""
     try:
         with open(path, "rb") as handle:
             return handle.read(4) == ELF_MAGIC
@@ -245,49 +245,18 @@ def _is_elf(path: Path) -> bool:
         return False
 
 
-def _temp_name(final: Path) -> str:
-    return f"{final.name}{TEMP_MARKER}{os.getpid()}-{threading.get_ident()}-{secrets.token_hex(4)}"
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    temp = path.with_name(_temp_name(path))
-    temp.write_text(text)
-    os.replace(temp, path)
-
-
-def _unlink(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        path.unlink()
+def _cached(artefact: Path, key: str) -> bool:
+    """The artefact exists and matches its manifest (hashed once per process)."""
+    return cache_files.verify(artefact, key, build_id()) is not None
 
 
 def clean_stale_temps(directory: Path | None = None, max_age: float = STALE_TEMP_SECONDS) -> int:
-    """Remove temporaries older than `max_age` seconds (left by killed compiles); returns how
-    many. Younger ones may belong to a compile still running in another process."""
-    directory = cache_dir() if directory is None else directory
-    now = time.time()
-    removed = 0
-    try:
-        entries = list(os.scandir(directory))
-    except OSError:
-        return 0
-    for entry in entries:
-        if TEMP_MARKER not in entry.name:
-            continue
-        try:
-            if now - entry.stat().st_mtime > max_age:
-                os.unlink(entry.path)
-                removed += 1
-        except OSError:
-            pass
-    return removed
+    """Remove temporaries older than `max_age` seconds (left by killed compiles)."""
+    return cache_files.clean_stale_temps(cache_dir() if directory is None else directory, max_age)
 
 
 def _prepare(directory: Path) -> None:
-    """Create the directory and the forced-include header; sweep stale temps once."""
-    directory.mkdir(parents=True, exist_ok=True)
-    header = directory / _header_name()
-    if not header.exists():
-        _write_atomic(header, SIMD_MATH_HEADER)
+    """Sweep stale temporaries once per directory and process."""
     key = os.fspath(directory)
     with _lock:
         first = key not in _prepared
@@ -352,7 +321,11 @@ def _compile_all(units: list[_Unit], directory: Path, max_workers: int | None) -
         return [_compile_unit(unit, directory) for unit in units]
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="luminal-gcc") as pool:
         futures = [pool.submit(_compile_unit, unit, directory) for unit in units]
-        errors = [f.exception() for f in futures if f.exception() is not None]
+        try:
+            errors = [f.exception() for f in futures if f.exception() is not None]
+        except BaseException:  # KeyboardInterrupt: gcc runs in its own session, stop it
+            gcc_runner.stop_running()
+            raise
         if errors:
             first = errors[0]
             if len(errors) > 1:
@@ -370,66 +343,34 @@ def _cpu_count() -> int:
 
 def _compile_unit(unit: _Unit, directory: Path) -> Path:
     final = directory / f"{unit.key}.o"
-    if _is_elf(final):
+    if _cached(final, unit.key):
         _bump("objects_cached")
         return final
     with _path_lock(final):
-        if _is_elf(final):  # another thread of this process just built it
+        if _cached(final, unit.key):  # another thread of this process just built it
             _bump("objects_cached")
             return final
         source_file = directory / f"{unit.key}.c"
-        if not source_file.exists():
-            _write_atomic(source_file, unit.source)
-        temp = directory / _temp_name(final)
+        cache_files.ensure_content(source_file, unit.source.encode())
+        cache_files.ensure_content(directory / _header_name(), SIMD_MATH_HEADER.encode())
+        temp = directory / temp_name(final)
         command = [CC, *_compile_flags(), "-include", _header_name()]
         command += ["-c", source_file.name, "-o", temp.name]
-        result, seconds = _run(command, directory)
+        result, seconds = run(command, directory, f"compiling {unit.name!r} ({source_file})")
         if result.returncode != 0 or not _is_elf(temp):
-            _unlink(temp)
-            raise CompileError(_compile_error(unit, result, source_file))
-        os.replace(temp, final)
+            cache_files.unlink(temp)
+            raise CompileError(compile_error(unit.name, unit.source, result, source_file))
+        cache_files.publish(temp, final, durable=False)
+        inputs = (
+            (source_file.name, cache_files.sha256_text(unit.source)),
+            (_header_name(), cache_files.sha256_text(SIMD_MATH_HEADER)),
+        )
+        cache_files.record(final, unit.key, build_id(), inputs, durable=False)
     _bump("objects_compiled")
     _bump("compile_seconds", seconds)
     if _debug_level() >= 2:
         print(f"[luminal] compiled {unit.name} in {seconds * 1e3:.0f} ms", file=sys.stderr)
     return final
-
-
-def _run(command: list[str], directory: Path) -> tuple[subprocess.CompletedProcess[str], float]:
-    environment = {**os.environ, "LC_ALL": "C"}  # plain ASCII quotes in diagnostics
-    start = time.perf_counter()
-    try:
-        result = subprocess.run(
-            command, cwd=directory, capture_output=True, text=True, env=environment
-        )
-    except FileNotFoundError as error:
-        raise CompileError(
-            f"the CPU backend needs the C compiler {CC!r}, which was not found on PATH"
-        ) from error
-    return result, time.perf_counter() - start
-
-
-def _compile_error(unit: _Unit, result: subprocess.CompletedProcess[str], path: Path) -> str:
-    """gcc's diagnostics (file names shortened to the unit's name) and the numbered source."""
-    diagnostics = (result.stderr or result.stdout).replace(path.name, f"{unit.name}.c").strip()
-    lines = unit.source.splitlines()
-    shown = set(range(min(len(lines), SOURCE_LINES_IN_ERRORS)))
-    match = re.search(rf"{re.escape(unit.name)}\.c:(\d+):\d+: (?:fatal )?error", diagnostics)
-    if match:  # also show the lines around the first error when it lies further down
-        line = int(match.group(1)) - 1
-        shown |= set(range(max(0, line - 3), min(len(lines), line + 4)))
-    listing, previous = [], -1
-    for index in sorted(shown):
-        if index != previous + 1:
-            listing.append("   ...")
-        listing.append(f"{index + 1:5d} | {lines[index]}")
-        previous = index
-    if previous + 1 < len(lines):
-        listing.append(f"   ... ({len(lines) - previous - 1} more lines)")
-    return (
-        f"gcc could not compile {unit.name!r} (exit status {result.returncode}):\n"
-        f"{diagnostics}\n\nsource of {unit.name!r} (kept at {path}):\n" + "\n".join(listing)
-    )
 
 
 # ------------------------------------------------------------------------------ linking
@@ -438,7 +379,7 @@ def link_shared(objects: Sequence[Path], link_blas: bool = False, name: str = "l
     directory = cache_dir()
     _prepare(directory)
     final = directory / f"{library_key([Path(p).stem for p in objects], link_blas)}.so"
-    if _is_elf(final):
+    if _cached(final, final.stem):
         _bump("libraries_cached")
         return final
     return _link([Path(p) for p in objects], final, link_blas, name)
@@ -453,7 +394,7 @@ def build_shared(sources: Sequence[tuple[str, str]], link_blas: bool = False) ->
     directory = cache_dir()
     _prepare(directory)
     final = directory / f"{library_key([u.key for u in units], link_blas)}.so"
-    if _is_elf(final):
+    if _cached(final, final.stem):
         _bump("libraries_cached")
         return final
     objects = _compile_all(units, directory, None)
@@ -463,39 +404,81 @@ def build_shared(sources: Sequence[tuple[str, str]], link_blas: bool = False) ->
 def _link(objects: list[Path], final: Path, link_blas: bool, name: str) -> Path:
     directory = final.parent
     with _path_lock(final):
-        if _is_elf(final):
+        if _cached(final, final.stem):
             _bump("libraries_cached")
             return final
-        temp = directory / _temp_name(final)
+        temp = directory / temp_name(final)
         inputs = [p.name if p.parent == directory else os.fspath(p.absolute()) for p in objects]
         command = [CC, *LDFLAGS, *inputs, "-o", temp.name]
         command += [*(blas_flags().ldflags if link_blas else ()), *LIBS]
-        result, seconds = _run(command, directory)
+        result, seconds = run(command, directory, f"linking {name} ({final})")
         if result.returncode != 0 or not _is_elf(temp):
-            _unlink(temp)
+            cache_files.unlink(temp)
             raise CompileError(
                 f"linking {name} failed (exit status {result.returncode}):\n"
                 f"{(result.stderr or result.stdout).strip()}\ncommand: {' '.join(command)}"
             )
-        os.replace(temp, final)
+        cache_files.publish(temp, final, durable=True)
+        cache_files.record(final, final.stem, build_id(), _link_inputs(objects), durable=True)
     _bump("libraries_linked")
     _bump("compile_seconds", seconds)
     return final
 
 
+def _link_inputs(objects: list[Path]) -> tuple[tuple[str, str], ...]:
+    """(name, sha256) of each object and of the source it was compiled from, read from the
+    objects' manifests (verified moments ago, so no hashing) or hashed when they have none."""
+    inputs: list[tuple[str, str]] = []
+    for path in objects:
+        manifest = cache_files.verify(path, path.stem, build_id())
+        if manifest is None:
+            inputs.append((path.name, hashlib.sha256(path.read_bytes()).hexdigest()))
+        else:
+            inputs.append((path.name, manifest.sha256))
+            inputs.extend(manifest.inputs[:1])  # the source; the header is the same for all
+    return tuple(inputs)
+
+
 def load(path: str | os.PathLike[str]) -> ctypes.CDLL:
-    """dlopen a shared object once per process (later calls return the same handle)."""
+    """dlopen a shared object once per process (later calls return the same handle). A
+    library of the kernel cache is loaded only from a private directory, as a private copy
+    whose bytes match its manifest (`cache_files.verified_copy`)."""
     key = os.fspath(Path(path).resolve())
     with _lock:
         library = _loaded.get(key)
     if library is None:
-        try:
-            library = ctypes.CDLL(key)
-        except OSError as error:
-            raise CompileError(f"could not load compiled library {key}: {error}") from error
+        library = _open_library(Path(os.path.abspath(path)))
         with _lock:
             library = _loaded.setdefault(key, library)
     return library
+
+
+def _open_library(path: Path) -> ctypes.CDLL:
+    if not CACHED_LIBRARY.fullmatch(path.name):
+        return _dlopen(path, path)  # not one of ours (OpenBLAS, a user's library)
+    if not is_private(path.parent):
+        raise CompileError(
+            f"not loading {path}: its directory is not private to you (owned by you, mode 0700), "
+            f"so anyone could have written it; compile with the default cache or a private "
+            f"LUMINAL_CACHE_DIR"
+        )
+    copy = cache_files.verified_copy(path, path.stem, build_id())
+    if copy is None:
+        raise CompileError(
+            f"not loading {path}: it does not match its manifest (missing, truncated, edited or "
+            f"another library); compiling again rebuilds it"
+        )
+    try:
+        return _dlopen(copy, path)
+    finally:
+        cache_files.unlink(copy)
+
+
+def _dlopen(path: Path, shown: Path) -> ctypes.CDLL:
+    try:
+        return ctypes.CDLL(os.fspath(path))
+    except OSError as error:
+        raise CompileError(f"could not load compiled library {shown}: {error}") from error
 
 
 # ------------------------------------------------------------------------------ BLAS
