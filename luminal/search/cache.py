@@ -212,7 +212,7 @@ class SearchCache:
         written costs the reuse of this result (one warning), never the compile."""
         path = self.path(record.key)
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
+            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)  # private, as the root
             fd, temp = tempfile.mkstemp(prefix=f".{record.key}.", suffix=".tmp", dir=self.directory)
             try:
                 with os.fdopen(fd, "w", encoding="utf-8") as file:
