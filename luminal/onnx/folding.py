@@ -19,7 +19,7 @@ from luminal.graph import Graph
 from luminal.hl.combine import stack
 from luminal.onnx import dtypes
 from luminal.onnx.context import NodeContext
-from luminal.shape.expr import Expr
+from luminal.shape.expr import Expr, sym
 from luminal.tensor import GraphTensor
 
 Folder = Callable[[NodeContext], list[np.ndarray] | None]
@@ -103,6 +103,30 @@ def _elementwise(fn: Callable[..., Any], allow_symbolic: bool = True) -> Folder:
         return [normalize(result)]
 
     return fold
+
+
+def _dim_equal(a: Any, b: Any) -> bool | None:
+    """Whether two dims (ints or Exprs) are equal, None when only run time can tell:
+    a symbolic dim outside another's range (e.g. seq vs -1) is known to differ."""
+    if not isinstance(a, Expr) and not isinstance(b, Expr):
+        return bool(a == b)
+    difference = sym(a) - sym(b)
+    known = difference.as_int()
+    if known is not None:
+        return known == 0
+    low, high = difference.bounds()
+    return False if low > 0 or high < 0 else None
+
+
+def _equal(ctx: NodeContext) -> list[np.ndarray] | None:
+    a, b = np.asarray(ctx.inputs[0]), np.asarray(ctx.inputs[1])
+    if not is_symbolic(a) and not is_symbolic(b):
+        return [np.equal(a, b)]
+    pairs = np.broadcast_arrays(a.astype(object), b.astype(object))
+    flags = [_dim_equal(x, y) for x, y in zip(pairs[0].flat, pairs[1].flat, strict=True)]
+    if any(f is None for f in flags):
+        return None
+    return [np.array(flags, dtype=bool).reshape(pairs[0].shape)]
 
 
 def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -264,6 +288,18 @@ def _where(condition: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(condition, a, b)
 
 
+def _where_fold(ctx: NodeContext) -> list[np.ndarray] | None:
+    """Where on shapes (Expand's `Where(shape == -1, 1, shape)`): the condition must be
+    numbers, the branches may hold symbolic dims."""
+    condition = np.asarray(ctx.inputs[0])
+    if is_symbolic(condition):
+        return None
+    a, b = np.asarray(ctx.inputs[1]), np.asarray(ctx.inputs[2])
+    if is_symbolic(a) or is_symbolic(b):
+        return [normalize(np.where(condition, a.astype(object), b.astype(object)))]
+    return [np.where(condition, a, b)]
+
+
 def _transpose(ctx: NodeContext) -> list[np.ndarray]:
     data = np.asarray(ctx.inputs[0])
     return [np.transpose(data, ctx.attr("perm"))]
@@ -315,7 +351,7 @@ FOLDERS: dict[str, Folder] = {
     "Log": _elementwise(np.log, allow_symbolic=False),
     "Reciprocal": _elementwise(np.reciprocal, allow_symbolic=False),
     "Xor": _elementwise(np.logical_xor, allow_symbolic=False),
-    "Equal": _elementwise(np.equal, allow_symbolic=False),
+    "Equal": _equal,
     "Less": _elementwise(np.less, allow_symbolic=False),
     "Greater": _elementwise(np.greater, allow_symbolic=False),
     "LessOrEqual": _elementwise(np.less_equal, allow_symbolic=False),
@@ -323,7 +359,7 @@ FOLDERS: dict[str, Folder] = {
     "Not": _elementwise(np.logical_not, allow_symbolic=False),
     "And": _elementwise(np.logical_and, allow_symbolic=False),
     "Or": _elementwise(np.logical_or, allow_symbolic=False),
-    "Where": _not_symbolic(_elementwise(_where)),
+    "Where": _where_fold,
     "Max": _elementwise(np.maximum, allow_symbolic=False),
     "Min": _elementwise(np.minimum, allow_symbolic=False),
     "Abs": _elementwise(np.abs, allow_symbolic=False),

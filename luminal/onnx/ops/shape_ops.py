@@ -204,7 +204,9 @@ def _slice(ctx: NodeContext) -> GraphTensor:
 def _slice_axis(ctx: NodeContext, x: GraphTensor, axis: int, start: Any, end: Any, step: int):
     dim = x.view.shape[axis]
     size = dim.as_int()
-    if size is None:
+    if size is not None and isinstance(end, Expr) and step > 0 and not isinstance(start, Expr):
+        return _slice_to_symbolic_end(ctx, x, axis, start, end, step)
+    if size is None or isinstance(start, Expr) or isinstance(end, Expr):
         if step < 0:
             raise ctx.unsupported("a negative step over a symbolic dim")
         ranges: list[Any] = [None] * x.ndim
@@ -222,6 +224,25 @@ def _slice_axis(ctx: NodeContext, x: GraphTensor, axis: int, start: Any, end: An
     first = size - 1 - lo
     ranges[axis] = (first, first + (count - 1) * -step + 1, -step)
     return reverse(x, axis).slice(ranges)
+
+
+def _slice_to_symbolic_end(
+    ctx: NodeContext, x: GraphTensor, axis: int, start: int, end: Expr, step: int
+) -> GraphTensor:
+    """A known dim sliced up to a symbolic end (BERT's position_ids[:, :seq]): the end is
+    taken as it is, so the result has the end's dim, not min(dim, end), and the graph
+    checks end <= dim at every run instead of clamping."""
+    dim = x.view.shape[axis]
+    ctx.graph.require_nonzero(
+        end.lt(dim + 1), f"{ctx.describe()}: the slice end {end} must be at most {dim}"
+    )
+    ranges: list[Any] = [None] * x.ndim
+    ranges[axis] = (start % int(dim.as_int()) if start < 0 else start, end, step)
+    return x._with_view(
+        x.view.slice(
+            [r if r is not None else (0, d, 1) for r, d in zip(ranges, x.view.shape, strict=True)]
+        )
+    )
 
 
 def _bound(value: Any) -> Any:
