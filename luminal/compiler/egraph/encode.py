@@ -20,8 +20,16 @@ class Tables:
     views: list[ShapeTracker] = field(default_factory=list)
     view_ids: dict[ShapeTracker, int] = field(default_factory=dict)
     sources: list[Instruction] = field(default_factory=list)
+    # one term per distinct view: building an egglog term costs ~150 us of Python
+    view_terms: dict[ShapeTracker, View] = field(default_factory=dict)
 
     def view_term(self, view: ShapeTracker) -> View:
+        term = self.view_terms.get(view)
+        if term is None:
+            term = self.view_terms[view] = self._new_view_term(view)
+        return term
+
+    def _new_view_term(self, view: ShapeTracker) -> View:
         if view.is_identity():
             return View.ident()
         index = self.view_ids.get(view)
@@ -119,27 +127,42 @@ ENCODERS: dict[type, Encoder] = {
 }
 
 
+# Longest chain of unnamed terms nested in one term. egglog's Python bindings hash and
+# translate a term recursively, so an 80-layer MLP sent as one nested term overflows
+# Python's stack; naming every LET_DEPTH-th level keeps nesting bounded at any depth.
+LET_DEPTH = 32
+
+
 def encode_program(
     program: Program, tables: Tables, bind: Callable[[Term], Term] | None = None
 ) -> list[Term]:
-    """Terms for the program's outputs. `bind` names a term used more than once (an
-    e-graph `let`), so the terms sent to egglog stay a DAG instead of being expanded
-    into a tree exponential in the sharing (a residual stream is read many times)."""
+    """Terms for the program's outputs. `bind` names a term (an e-graph `let`) used more
+    than once, so the terms sent to egglog stay a DAG instead of being expanded into a
+    tree exponential in the sharing (a residual stream is read many times), and every
+    term nested LET_DEPTH deep, so that no term sent is deeper than that."""
     uses = [0] * len(program.instructions)
     for inst in program.instructions:
         for ref, _ in inst.inputs:
             if not ref.boundary:
                 uses[ref.index] += 1
     terms: list[Term] = []
+    depths: list[int] = []  # nesting of unnamed terms below each term
+    boundaries: dict[int, Term] = {}
 
     def term_of(ref: Any) -> Term:
-        return Term.boundary(ref.index) if ref.boundary else terms[ref.index]
+        if not ref.boundary:
+            return terms[ref.index]
+        if ref.index not in boundaries:
+            boundaries[ref.index] = Term.boundary(ref.index)
+        return boundaries[ref.index]
 
     for index, inst in enumerate(program.instructions):
         edges = [Edge.of(term_of(ref), tables.view_term(view)) for ref, view in inst.inputs]
         # ops the e-graph has no term for (backend or user ops) travel as opaque functions
         term = ENCODERS.get(type(inst.op), _function)(inst, edges, tables)
-        if bind is not None and uses[index] > 1 and inst.inputs:
-            term = bind(term)
+        depth = 1 + max((depths[r.index] for r, _ in inst.inputs if not r.boundary), default=0)
+        if bind is not None and inst.inputs and (uses[index] > 1 or depth >= LET_DEPTH):
+            term, depth = bind(term), 0
         terms.append(term)
+        depths.append(depth)
     return [term_of(ref) for ref in program.outputs]

@@ -43,6 +43,10 @@ class SerializedEGraph:
             key: ENode(key, n["op"], list(n["children"]), n["eclass"], float(n["cost"]))
             for key, n in data["nodes"].items()
         }
+        # the sort of each class by its short name: "Term", "Edge", "EdgeList", "View", "i64"
+        self.sorts: dict[str, str] = {
+            cls: info["type"].rsplit(".", 1)[-1] for cls, info in data.get("class_data", {}).items()
+        }
         # Term.root(i) marks the class of output i; it is never extracted
         self.roots: dict[int, str] = {}
         self.classes: dict[str, list[str]] = {}
@@ -62,6 +66,9 @@ class SerializedEGraph:
 
     def child_class(self, child: str) -> str:
         return self.nodes[child].eclass
+
+    def sort(self, cls: str) -> str:
+        return self.sorts.get(cls, "")
 
     def _solve(self) -> None:
         parents: dict[str, list[str]] = {}
@@ -138,8 +145,27 @@ class _Cycle(Exception):
     """A choice led back to a class being decoded."""
 
 
+@dataclass
+class _Visit:
+    """A term class on the traversal stack: its chosen e-node, the term classes that
+    e-node reads (in decoding order), how many are done, and where the traversal's
+    order and choices stood when the visit began (to undo a choice that closed a cycle)."""
+
+    cls: str
+    key: str
+    children: list[str]
+    next: int
+    order_mark: int
+    choice_mark: int
+
+
 class ProgramDecoder:
-    """Turns chosen e-nodes into instructions, memoised per e-class."""
+    """Turns chosen e-nodes into instructions, memoised per e-class.
+
+    Decoding is two passes so that its depth does not follow the graph's: an explicit
+    stack walks the chosen e-nodes to list term classes children-first, then each is
+    decoded with its children already memoised (a 300-op chain is not 300 nested calls).
+    Choices are made once per class in a decode and reused by the second pass."""
 
     def __init__(
         self,
@@ -157,6 +183,8 @@ class ProgramDecoder:
         self.instructions: list[Instruction] = []
         self.memo: dict[str, Ref] = {}
         self.stack: set[str] = set()
+        self.choices: dict[str, str] = {}
+        self.choice_log: list[str] = []
 
     # ------------------------------------------------------------- helpers
     def fail(self, node: ENode, why: str) -> CompileError:
@@ -196,6 +224,14 @@ class ProgramDecoder:
         self.instructions.append(Instruction(op, tuple(inputs), tuple(shape), dtype))
         return Ref(False, len(self.instructions) - 1)
 
+    def pick(self, cls: str) -> ENode:
+        """The chosen e-node of `cls`, chosen once per decode."""
+        key = self.choices.get(cls)
+        if key is None:
+            key = self.choices[cls] = self.choose(cls, self.stack)
+            self.choice_log.append(cls)
+        return self.graph.nodes[key]
+
     # ------------------------------------------------------------- decoding
     def term(self, cls: str) -> Ref:
         ref = self.memo.get(cls)
@@ -203,24 +239,81 @@ class ProgramDecoder:
             return ref
         if cls in self.stack:
             raise _Cycle(cls)
-        self.stack.add(cls)
-        try:
-            key = self.choose(cls, self.stack)
-            mark, memo = len(self.instructions), dict(self.memo)
+        for pending in self._children_first(cls):
+            self.stack.add(pending)
             try:
-                ref = self._decode_node(self.graph.nodes[key])
-            except _Cycle:
-                best = self.graph.best_node.get(cls)
-                if best is None or key == best:
-                    raise
-                # a non-cheapest choice closed a cycle: undo it and take the cheapest
-                del self.instructions[mark:]
-                self.memo = memo
-                ref = self._decode_node(self.graph.nodes[best])
-        finally:
-            self.stack.discard(cls)
-        self.memo[cls] = ref
-        return ref
+                self.memo[pending] = self._decode_node(self.pick(pending))
+            finally:
+                self.stack.discard(pending)
+        return self.memo[cls]
+
+    def _term_children(self, node: ENode) -> list[str]:
+        """The term classes `node` reads, in the order its decoder reads them: directly,
+        through an edge, or through an edge list."""
+        out: list[str] = []
+        todo = list(reversed(node.children))
+        while todo:
+            cls = self.graph.child_class(todo.pop())
+            sort = self.graph.sort(cls)
+            if sort == "Term":
+                out.append(cls)
+            elif sort in ("Edge", "EdgeList"):
+                inner = self.pick(cls)
+                if inner.op in ("Edge.of", "EdgeList.cons"):
+                    todo.extend(reversed(inner.children))
+        return out
+
+    def _children_first(self, root: str) -> list[str]:
+        """The undecoded term classes below `root` (itself last), children first, with
+        the choices of `choose`; a non-cheapest choice that closes a cycle is replaced by
+        the cheapest, as the nearest ancestor with such a choice."""
+        order: list[str] = []
+        done: set[str] = set()
+        visits: list[_Visit] = []
+
+        def enter(cls: str, key: str | None = None) -> None:
+            order_mark, choice_mark = len(order), len(self.choice_log)
+            self.stack.add(cls)
+            if key is not None:
+                self.choices[cls] = key
+                self.choice_log.append(cls)
+            node = self.pick(cls)
+            visits.append(
+                _Visit(cls, node.key, self._term_children(node), 0, order_mark, choice_mark)
+            )
+
+        enter(root)
+        while visits:
+            visit = visits[-1]
+            if visit.next == len(visit.children):
+                visits.pop()
+                self.stack.discard(visit.cls)
+                done.add(visit.cls)
+                order.append(visit.cls)
+                continue
+            child = visit.children[visit.next]
+            visit.next += 1
+            if child in self.memo or child in done:
+                continue
+            if child not in self.stack:
+                enter(child)
+                continue
+            while visits:  # a cycle: retry the nearest non-cheapest choice as the cheapest
+                top = visits.pop()
+                self.stack.discard(top.cls)
+                best = self.graph.best_node.get(top.cls)
+                if best is not None and top.key != best:
+                    for cls in order[top.order_mark :]:
+                        done.discard(cls)
+                    del order[top.order_mark :]
+                    for cls in self.choice_log[top.choice_mark :]:
+                        del self.choices[cls]
+                    del self.choice_log[top.choice_mark :]
+                    enter(top.cls, best)
+                    break
+            else:
+                raise _Cycle(child)
+        return order
 
     def _decode_node(self, node: ENode) -> Ref:
         decoder = TERM_DECODERS.get(node.op)
@@ -230,14 +323,11 @@ class ProgramDecoder:
 
     def edge(self, child: str) -> tuple[Ref, ShapeTracker]:
         """Decode an Edge.of(term, view) child into (ref, concrete view)."""
-        cls = self.graph.child_class(child)
-        node = self.graph.nodes[self.choose(cls, self.stack)]
+        node = self.pick(self.graph.child_class(child))
         if node.op != "Edge.of":
             raise self.fail(node, "expected an edge")
         ref = self.term(self.graph.child_class(node.children[0]))
-        view_node = self.graph.nodes[
-            self.choose(self.graph.child_class(node.children[1]), self.stack)
-        ]
+        view_node = self.pick(self.graph.child_class(node.children[1]))
         if view_node.op == "View.ident":
             view = ShapeTracker.contiguous(self.shape_of(ref))
         else:
@@ -248,12 +338,10 @@ class ProgramDecoder:
 
     def edge_list(self, child: str) -> list[tuple[Ref, ShapeTracker]]:
         out = []
-        node = self.graph.nodes[self.choose(self.graph.child_class(child), self.stack)]
+        node = self.pick(self.graph.child_class(child))
         while node.op == "EdgeList.cons":
             out.append(self.edge(node.children[0]))
-            node = self.graph.nodes[
-                self.choose(self.graph.child_class(node.children[1]), self.stack)
-            ]
+            node = self.pick(self.graph.child_class(node.children[1]))
         return out
 
 
