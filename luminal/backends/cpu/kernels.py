@@ -20,6 +20,7 @@ from luminal.backends.cpu.codegen import (
     c_expr,
     flat_index,
 )
+from luminal.backends.cpu.schedule import UNROLL_LIMIT
 from luminal.dtype import DType
 from luminal.graph import Graph, Node
 from luminal.shape.expr import ZERO, Expr, sym
@@ -74,12 +75,6 @@ def reduce_kernel(
         )
     total = _product(view.shape)
     return _finish(graph, node, writer, dims, _loops(node.shape, outer, body, total), [total])
-
-
-# reductions over at most this many elements are written out term by term, so the loop
-# around them vectorises: relu's pair, 2x2 pooling, and the 5 taps of a 5x5
-# convolution's input gradient (LeNet-5's col2im ran 2.2x faster than at 4)
-UNROLL_LIMIT = 8
 
 
 def _multi_sum_kernel(

@@ -18,7 +18,7 @@ from luminal.backends.cpu.kernels import (
     scatter_kernel,
 )
 from luminal.backends.cpu.runtime import CompiledGraph, Segment
-from luminal.backends.cpu.schedule import row_groups, schedule
+from luminal.backends.cpu.schedule import is_blas_contract, row_groups, schedule
 from luminal.custom import CustomKernel
 from luminal.graph import Graph
 
@@ -77,9 +77,12 @@ def lower_kernels(graph: Graph) -> Lowering:
         if isinstance(op, ops.Function):
             continue
         if isinstance(op, cpu_ops.Contract):
-            kernel = blas_contract_kernel(graph, node, materialised, dims) or reduce_kernel(
-                graph, node, materialised, dims
+            blas = (
+                blas_contract_kernel(graph, node, materialised, dims)
+                if is_blas_contract(node)
+                else None
             )
+            kernel = blas or reduce_kernel(graph, node, materialised, dims)
         elif isinstance(op, ops.SumReduce | ops.MaxReduce):
             kernel = reduce_kernel(graph, node, materialised, dims)
         elif isinstance(op, ops.Gather):

@@ -7,6 +7,11 @@ read through a view that visits elements more than once (a broadcast or overlapp
 windows). Everything else (elementwise chains with their views, constants, iotas) is
 inlined into its single consumer, so one kernel computes a whole chain, and a
 reduction's producers are fused into its loop.
+
+Fusion is bounded: no kernel renders an expression of more than MAX_FUSED_NODES values
+or MAX_FUSED_DEPTH nested ops. Past either, the heaviest inlined inputs get buffers of
+their own, so a 300-op chain becomes a few kernels instead of one expression nested 300
+deep, and a 25,000-term sum is not one 600 KB line of C.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from dataclasses import dataclass, field
 
 from luminal import ops
 from luminal.graph import Graph
+from luminal.shape.expr import ONE
 from luminal.shape.tracker import Pool
 
 ELEMENTWISE = (
@@ -28,6 +34,17 @@ INLINE_SOURCES = (ops.Constant, ops.Iota)
 
 
 SHORT_REDUCE = 4
+# reductions over at most this many elements are written out term by term (kernels.py),
+# so the loop around them vectorises: relu's pair, 2x2 pooling, and the 5 taps of a 5x5
+# convolution's input gradient (LeNet-5's col2im ran 2.2x faster than at 4); their
+# producers are rendered once per term
+UNROLL_LIMIT = 8
+# bounds on one fused expression: values rendered (ops and loads) and nesting of ops. The
+# largest ordinary kernels (an exact GELU, a cumsum over 33 elements) stay whole; the
+# depth bound also keeps code generation, which recurses per nested op, far from
+# Python's recursion limit
+MAX_FUSED_NODES = 4096
+MAX_FUSED_DEPTH = 64
 
 
 def is_short_reduce(node) -> bool:  # noqa: ANN001 - a Node
@@ -41,15 +58,42 @@ def is_short_reduce(node) -> bool:  # noqa: ANN001 - a Node
 def is_blas_contract(node) -> bool:  # noqa: ANN001 - a Node
     """A Contract with a real matrix shape: one operand is broadcast along some axis (an
     M or N axis), so BLAS applies. Without one it is an elementwise product summed
-    (a dot along rows), better fused as a loop."""
+    (a dot along rows), better fused as a loop; so is one whose BLAS call would pack a
+    broadcast into a matrix larger than anything else it touches (`_packs_a_broadcast`)."""
     if type(node.op).__name__ not in ("Contract", "ContractSum"):
         return False
     views = [e.view for e in node.inputs]
-    return any(
+    return not _packs_a_broadcast(node) and any(
         (a == 0) != (b == 0)
         for a, b, d in zip(views[0].strides, views[1].strides, views[0].shape, strict=True)
         if d != 1
     )
+
+
+def _packs_a_broadcast(node) -> bool:  # noqa: ANN001 - a Node
+    """Whether an operand is broadcast along a summed axis and its packed matrix (its own
+    axes times K) would outgrow both the other operand and the output: (u * v).sum() with
+    u (n, 1) and v (1, n) would pack n x n numbers for 2n, where the loop needs none."""
+    views = [e.view for e in node.inputs]
+    shape = views[0].shape
+    summed = node.op.summed
+    output = _size(shape, [d for d in range(len(shape)) if d not in summed])
+    spans = [
+        _size(shape, [d for d in range(len(shape)) if d in summed or v.strides[d] != 0])
+        for v in views
+    ]
+    for view, span, other in zip(views, spans, reversed(spans), strict=True):
+        broadcast = any(view.strides[d] == 0 and shape[d] != 1 for d in summed)
+        if broadcast and not any((bound - span).bounds()[0] >= 0 for bound in (other, output)):
+            return True
+    return False
+
+
+def _size(shape, axes: list[int]):  # noqa: ANN001, ANN202 - Exprs
+    total = ONE
+    for d in axes:
+        total = total * shape[d]
+    return total
 
 
 def is_loop_contract(node) -> bool:  # noqa: ANN001 - a Node
@@ -67,12 +111,46 @@ def _repeats_elements(view) -> bool:  # noqa: ANN001 - a ShapeTracker
     return False
 
 
+@dataclass(frozen=True)
+class Fused:
+    """The size of an expression as a kernel renders it: values and nesting depth."""
+
+    nodes: int
+    depth: int
+
+    def fits(self) -> bool:
+        return self.nodes <= MAX_FUSED_NODES and self.depth <= MAX_FUSED_DEPTH
+
+
+LOAD = Fused(1, 1)  # a buffer read, a constant
+
+
+def renders(node) -> int:  # noqa: ANN001 - a Node
+    """How many times `node`'s expression renders each of its inputs."""
+    if not hasattr(node.op, "axis") or len(getattr(node.op, "summed", ())) > 1:
+        return 1
+    size = node.inputs[0].view.shape[node.op.axis].as_int()
+    return size if size is not None and size <= UNROLL_LIMIT else 1
+
+
+def fused_size(node, inline: dict[int, Fused]) -> Fused:  # noqa: ANN001 - a Node
+    """The expression of `node` with the inputs in `inline` rendered in place."""
+    times = renders(node)
+    nodes, depth = 1, 1
+    for edge in node.inputs:
+        size = inline.get(edge.source, LOAD)
+        nodes += times * size.nodes
+        depth = max(depth, 1 + size.depth)
+    return Fused(nodes, depth)
+
+
 @dataclass
 class Schedule:
     order: list[int]  # nodes the outputs need, producers first
     materialised: list[int]  # nodes with a buffer, in execution order (inputs excluded)
     inputs: list[int]
     inlined: set[int] = field(default_factory=set)
+    split: set[int] = field(default_factory=set)  # materialised only to bound fusion
 
 
 def schedule(graph: Graph) -> Schedule:
@@ -92,25 +170,40 @@ def schedule(graph: Graph) -> Schedule:
             or (type(node.op).__name__ == "CustomKernel")
         ):
             root_set.update(edge.source for edge in node.inputs)
-    materialised: list[int] = []
     inputs: list[int] = []
-    inlined: set[int] = set()
+    inlined: dict[int, Fused] = {}  # inlined node -> its expression where it is read
+    split: set[int] = set()
     for node_id in order:
-        op = graph.nodes[node_id].op
-        if isinstance(op, ops.Input):
+        node = graph.nodes[node_id]
+        if isinstance(node.op, ops.Input):
             inputs.append(node_id)
             continue
+        size = _bounded(node, inlined, split)
+        if node_id in root_set:
+            continue
         edges = reads.get(node_id, [])
-        if node_id not in root_set:
-            if isinstance(op, INLINE_SOURCES):
-                inlined.add(node_id)
-                continue
-            inlinable = isinstance(op, ELEMENTWISE) or is_short_reduce(graph.nodes[node_id])
-            if inlinable and len(edges) == 1 and not _repeats_elements(edges[0]):
-                inlined.add(node_id)
-                continue
-        materialised.append(node_id)
-    return Schedule(order, materialised, inputs, inlined)
+        inlinable = isinstance(node.op, ELEMENTWISE) or is_short_reduce(node)
+        if isinstance(node.op, INLINE_SOURCES) or (
+            inlinable and len(edges) == 1 and not _repeats_elements(edges[0])
+        ):
+            inlined[node_id] = size
+    materialised = [
+        n for n in order if n not in inlined and not isinstance(graph.nodes[n].op, ops.Input)
+    ]
+    return Schedule(order, materialised, inputs, set(inlined), split)
+
+
+def _bounded(node, inlined: dict[int, Fused], split: set[int]) -> Fused:  # noqa: ANN001
+    """The expression of `node` once its heaviest inlined inputs are split off (moved
+    from `inlined` to `split`) until it fits the fusion limits."""
+    while True:
+        size = fused_size(node, inlined)
+        heavy = [e.source for e in node.inputs if inlined.get(e.source, LOAD) != LOAD]
+        if size.fits() or not heavy:
+            return size
+        heaviest = max(heavy, key=lambda n: (inlined[n].nodes, inlined[n].depth))
+        del inlined[heaviest]
+        split.add(heaviest)
 
 
 def _is_row_reduce(graph: Graph, node_id: int, outer: tuple, inner) -> bool:  # noqa: ANN001
@@ -149,6 +242,7 @@ def row_groups(graph: Graph, plan: Schedule) -> dict[int, list[int]]:
     position = {n: i for i, n in enumerate(plan.order)}
     groups: dict[int, list[int]] = {}
     taken: set[int] = set()
+    heavy: set[int] = set(plan.split)  # never recomputed: that would undo a fusion bound
     for head in reversed(plan.materialised):
         node = graph.nodes[head]
         if head in taken:
@@ -168,16 +262,51 @@ def row_groups(graph: Graph, plan: Schedule) -> dict[int, list[int]]:
         excluded: set[int] = set()
         while True:
             members, absorbed = _walk_group(
-                graph, plan, node, outer, inner, materialised, roots | taken | excluded
+                graph, plan, node, outer, inner, materialised, roots | taken | excluded | heavy
             )
             leaking = {n for n in absorbed if not readers.get(n, set()) <= members}
-            if not leaking:
+            if leaking:
+                excluded |= leaking
+                continue
+            too_heavy = _too_heavy(graph, plan, node, members, absorbed, outer, position)
+            if not too_heavy:
                 break
-            excluded |= leaking
+            heavy |= too_heavy
         if absorbed:
             groups[head] = sorted(absorbed, key=position.__getitem__)
             taken |= absorbed
     return groups
+
+
+def _too_heavy(
+    graph: Graph,
+    plan: Schedule,
+    head: object,
+    members: set[int],
+    absorbed: set[int],
+    outer: tuple,
+    position: dict[int, int],
+) -> set[int]:
+    """Recomputed (rows, n) values of a row group whose expressions break the fusion
+    limits, or the heaviest of them when a stage's does: a value read twice per level
+    (a scan's doubling) would otherwise grow exponentially. Empty when the group fits."""
+    inline: dict[int, Fused] = {}
+    recomputed: list[int] = []
+    stages = [head]
+    for node_id in sorted(members - {head.id}, key=position.__getitem__):
+        node = graph.nodes[node_id]
+        if node_id in absorbed and (
+            hasattr(node.op, "axis") or tuple(node.shape) in (outer, (*outer, 1))
+        ):
+            stages.append(node)  # a per-row local: its own stage, read as one value
+            continue
+        inline[node_id] = fused_size(node, inline)
+        if node_id in absorbed:
+            recomputed.append(node_id)
+    if all(fused_size(stage, inline).fits() for stage in stages) or not recomputed:
+        return set()
+    over = {n for n in recomputed if not inline[n].fits()}
+    return over or {max(recomputed, key=lambda n: (inline[n].nodes, inline[n].depth))}
 
 
 def _walk_group(
