@@ -351,15 +351,45 @@ def _float_pow(base: GraphTensor, exponent: GraphTensor) -> tuple[GraphTensor, G
 
 
 def _floor_divide(a: GraphTensor, b: GraphTensor) -> GraphTensor:
-    """floor(a / b) (torch.floor_divide, Python's //). Integers divide the exact multiple
-    a - a % b, so the float32 quotient only needs rounding to the nearest integer."""
-    if a.dtype.is_float:
-        quotient = (a - a % b) * b.reciprocal()
-        return quotient - quotient % 1 + (quotient % 1).ge(0.5)  # round the exact quotient
+    """floor(a / b) (torch.floor_divide, Python's //). Floats divide the exact multiple
+    a - a % b, so the quotient only needs rounding to the nearest integer."""
+    if not a.dtype.is_float:
+        return _floor_divide_int(a, b)
+    quotient = (a - a % b) * b.reciprocal()
+    return quotient - quotient % 1 + (quotient % 1).ge(0.5)  # round the exact quotient
+
+
+# Added before truncating a quotient known to lie within 2**9 + 2 of zero: the sum is
+# positive, so truncation is floor, and half of it rounds to the nearest integer.
+_ROUNDING_OFFSET = 1024
+
+
+def _floor_divide_int(a: GraphTensor, b: GraphTensor) -> GraphTensor:
+    """Exact int32 floor division for the whole range, built from primitives (there is no
+    integer divide): a float32 estimate, one exact integer correction step, then the
+    exact floor modulo decides between the two integers left. numpy's results where C
+    would trap: x // 0 == 0 and INT_MIN // -1 == INT_MIN (the quotient 2**31 wraps).
+
+    Why it is exact (q = floor(a / b), int32 `+ *` wrap modulo 2**32):
+    - `first` = trunc(fl(a) * fl(1 / fl(b))): the product is within 2**-22 relative, so
+      |a / b - first| < 2**9 + 1 (2**31 itself casts to INT_MIN, equal modulo 2**32).
+    - `residual` = a - first * b is below 2**31 in magnitude, so the wrapped value is exact,
+      and residual / b lies within 2**9 + 2 of zero; its float32 estimate is within 2**-12,
+      so `second` rounds it to within 1/2 + 2**-12.
+    - first + second is then q or q + 1: a - (q + 1) * b = r - b differs from the floor
+      modulo r = a % b (exact, the Mod primitive) modulo 2**32, a - q * b equals it.
+    """
     zero = b.eq(0)  # x // 0 is 0, as in numpy: divide by 1 there, then mask
     divisor = b + zero
-    exact = (a - a % divisor).cast(float32) * divisor.cast(float32).reciprocal() + 0.5
-    return (exact - exact % 1).cast(a.dtype) * (1 - zero)
+    inverse = divisor.cast(float32).reciprocal()
+    first = (a.cast(float32) * inverse).cast(a.dtype)
+    residual = a - first * divisor
+    offset = residual.cast(float32) * inverse + (_ROUNDING_OFFSET + 0.5)
+    second = offset.cast(a.dtype) - _ROUNDING_OFFSET
+    left = residual - second * divisor  # a - (first + second) * b
+    remainder = a % divisor
+    overshoot = left.lt(remainder) + left.gt(remainder)  # 1 when first + second == q + 1
+    return (first + second - overshoot) * (1 - zero)
 
 
 def _power_by_squaring(base: GraphTensor, n: int) -> GraphTensor:

@@ -36,9 +36,8 @@ def _isolated(script: str) -> dict:
 # ------------------------------------------------------------------ integer semantics
 NUMERATORS = [7, -7, 0, INT_MIN, INT_MIN, INT_MAX, 7, -7, 9, -9, 5, INT_MIN, INT_MAX]
 DIVISORS = [0, 0, 0, -1, 0, 0, 2, 2, -4, -4, 1, 3, -1]
-# int32 // goes through float32 (docs/semantics.md): exact where |a| + |b| <= 2**23 and for
-# the zero-divisor and INT_MIN // -1 cases; the last two only agree between the runtimes
-NUMPY_EXACT = slice(0, -2)
+# int32 // is exact over the whole range (tests/reliability/test_integer_arithmetic.py)
+NUMPY_EXACT = slice(None)
 
 
 def _numpy_floor_div_mod(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
