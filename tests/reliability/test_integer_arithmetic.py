@@ -1,8 +1,12 @@
 """Exact int32 arithmetic (issue 11 leftovers): `//` and `%` equal numpy's over the whole
 int32 range in both runtimes (there is no integer-divide primitive: `//` is a float32
-estimate corrected with exact integer arithmetic)."""
+estimate corrected with exact integer arithmetic), and int32 sums wrap modulo 2**32 as
+numpy's do, including the generated C's loop, unrolled and multi-axis reductions."""
 
 from __future__ import annotations
+
+import re
+from typing import Any
 
 import numpy as np
 import pytest
@@ -176,3 +180,66 @@ def test_float_floor_division_is_unchanged() -> None:
     np.testing.assert_array_equal(
         out.numpy(), [3.0, -4.0, np.floor_divide(a[2], b[2]), -6, -0, -17]
     )
+
+
+# ------------------------------------------------------------------ int32 sums wrap
+SUM_INPUTS = {"x": (3, 1000), "short": (5, 6), "a": (4, 50), "b": (50, 3)}
+SUM_INPUTS |= {"c": (6, 4, 50), "d": (6, 50, 3)}
+
+
+def _sum_graph() -> tuple[lm.Graph, dict[str, lm.GraphTensor], dict[str, lm.GraphTensor]]:
+    """Each kind of generated int32 sum: a long loop, an unrolled short axis, a whole
+    tensor, a row-fused sum, products, a matmul, a multi-axis sum of products."""
+    cx = lm.Graph()
+    t = {k: cx.tensor(s, dtype=lm.int32) for k, s in SUM_INPUTS.items()}
+    outputs = {
+        "loop": t["x"].sum(1),
+        "unrolled": t["short"].sum(1),
+        "all": t["x"].sum((0, 1)),
+        "row": t["x"] - t["x"].sum(1, keepdim=True),
+        "products": (t["x"] * t["x"]).sum(1),
+        "matmul": t["a"] @ t["b"],
+        "batched_then_summed": (t["c"] @ t["d"]).sum(0),
+    }
+    return cx, t, {k: out.retrieve() for k, out in outputs.items()}
+
+
+def _set_random(inputs: dict[str, lm.GraphTensor], rng: np.random.Generator) -> dict[str, Any]:
+    """Full-range int32 data for every input; the expected outputs, computed in int64 (no
+    overflow at these sizes) and wrapped to int32."""
+    data = {}
+    for k, tensor in inputs.items():
+        data[k] = rng.integers(INT_MIN, INT_MAX, SUM_INPUTS[k], dtype=np.int32, endpoint=True)
+        tensor.set(data[k])
+    w = {k: v.astype(np.int64) for k, v in data.items()}
+    exact = {
+        "loop": w["x"].sum(1),
+        "unrolled": w["short"].sum(1),
+        "all": w["x"].sum(),
+        "row": w["x"] - w["x"].sum(1, keepdims=True),
+        "products": (w["x"] * w["x"]).sum(1),
+        "matmul": w["a"] @ w["b"],
+        "batched_then_summed": (w["c"] @ w["d"]).sum(0),
+    }
+    return {k: ((v + 2**31) % 2**32 - 2**31).astype(np.int32) for k, v in exact.items()}
+
+
+def test_int32_sums_wrap_like_numpy_in_both_runtimes() -> None:
+    """Sums of full-range int32 values overflow many times; both runtimes wrap modulo
+    2**32 (the multi-axis sum of products used to accumulate in float: off by ~4e9),
+    and the generated C accumulates ints only unsigned (signed overflow is undefined)."""
+    rng = np.random.default_rng(11)
+    cx, inputs, outputs = _sum_graph()
+    want = _set_random(inputs, rng)
+    cx.execute()
+    for name, out in outputs.items():
+        np.testing.assert_array_equal(out.numpy(), want[name], err_msg=f"reference {name}")
+    cx.compile(lm.CPUCompiler())
+    for _ in range(2):  # the next run, new values, is right too
+        want = _set_random(inputs, rng)
+        cx.execute()
+        for name, out in outputs.items():
+            np.testing.assert_array_equal(out.numpy(), want[name], err_msg=f"compiled {name}")
+    sources = [k.source for s in cx.compiled.segments for k in s.kernels]
+    accumulated = {name for source in sources for name in re.findall(r"(\w+) \+= ", source)}
+    assert accumulated and all(name.endswith("_bits") for name in accumulated), accumulated

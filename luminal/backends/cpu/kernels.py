@@ -62,13 +62,11 @@ def reduce_kernel(
         terms = []
         for k in range(upper):
             indices = outer[:axis] + [sym(k)] + outer[axis:]
-            values = [writer.edge(edge, indices) for edge in node.inputs]
-            terms.append(values[0] if len(values) == 1 else f"({values[0]} * {values[1]})")
+            terms.append(_reduced_value(writer, node, indices))
         body = _unrolled(node, compute, terms) + f"\nb0[{c_expr(flat)}] = {_store(node, 'acc')};"
     else:
         inner = outer[:axis] + [reduce_index] + outer[axis:]
-        values = [writer.edge(edge, inner) for edge in node.inputs]
-        value = values[0] if len(values) == 1 else f"({values[0]} * {values[1]})"
+        value = _reduced_value(writer, node, inner)
         body = (
             _reduction_loop(node, compute, value, reduce_index, size, "acc")
             + f"\nb0[{c_expr(flat)}] = {_store(node, 'acc')};"
@@ -93,12 +91,13 @@ def _multi_sum_kernel(
     value = _reduced_value(writer, node, inner)
     innermost = reduce_vars[summed[-1]]
     loop = _reduction_loop(node, C_COMPUTE[node.dtype], value, innermost, shape[summed[-1]], "v1")
-    body = loop + "\nacc += v1;"
+    body = loop + ("\nacc += v1;" if node.dtype.is_float else "\nacc = lm_iadd(acc, v1);")
     for d in reversed(summed[:-1]):
         name = c_expr(reduce_vars[d])
         body = f"for (long long {name} = 0; {name} < {c_expr(shape[d])}; {name}++) {{\n{body}\n}}"
     flat = flat_index(outer, node.shape)
-    body = f"float acc = 0.0f;\n{body}\nb0[{c_expr(flat)}] = {_store(node, 'acc')};"
+    start = "float acc = 0.0f;" if node.dtype.is_float else "int acc = 0;"
+    body = f"{start}\n{body}\nb0[{c_expr(flat)}] = {_store(node, 'acc')};"
     total = _product(shape)
     return _finish(graph, node, writer, dims, _loops(node.shape, outer, body, total), [total])
 
@@ -109,7 +108,9 @@ def _unrolled(node: Node, compute: str, terms: list[str]) -> str:
     is_max = isinstance(node.op, ops.MaxReduce)
     for k, term in enumerate(terms[1:], start=1):
         if not is_max:
-            lines.append(f"acc += {term};")
+            lines.append(
+                f"acc += {term};" if node.dtype.is_float else f"acc = lm_iadd(acc, {term});"
+            )
         elif node.dtype.is_float:
             lines.append(
                 f"{{ const float v{k} = {term}; acc = (v{k} > acc || v{k} != v{k}) ? v{k} : acc; }}"
@@ -182,9 +183,14 @@ def row_kernel(
 
 
 def _reduced_value(writer: KernelWriter, node: Node, indices: list[Expr]) -> str:
-    """What a reduction sums or maxes at `indices`: its input, or a Contract's product."""
+    """What a reduction sums or maxes at `indices`: its input, or a Contract's product
+    (int32 products wrap, as numpy's do: signed overflow is undefined in C)."""
     values = [writer.edge(edge, indices) for edge in node.inputs]
-    return values[0] if len(values) == 1 else f"({values[0]} * {values[1]})"
+    if len(values) == 1:
+        return values[0]
+    if node.dtype.is_float:
+        return f"({values[0]} * {values[1]})"
+    return f"lm_imul({values[0]}, {values[1]})"
 
 
 def _cacheable_row_value(
@@ -214,10 +220,18 @@ def _reduction_loop(
     `store` is a statement run per element with the value in `v`."""
     name = c_expr(index)
     loop = f"for (long long {name} = 0; {name} < {c_expr(size)}; {name}++) {{\n"
-    if not isinstance(node.op, ops.MaxReduce):
-        init = "0.0f" if node.dtype.is_float else "0"
+    if not isinstance(node.op, ops.MaxReduce) and not node.dtype.is_float:
+        # int32 sums wrap modulo 2**32 as numpy's do: accumulate unsigned (signed
+        # overflow is undefined in C), then read the bits back as int
         return (
-            f"{compute} {local} = {init};\n"
+            f"unsigned {local}_bits = 0u;\n"
+            f"#pragma omp simd reduction(+:{local}_bits)\n{loop}"
+            f"    {local}_bits += (unsigned)({value});\n}}\n"
+            f"int {local} = (int){local}_bits;"
+        )
+    if not isinstance(node.op, ops.MaxReduce):
+        return (
+            f"{compute} {local} = 0.0f;\n"
             f"#pragma omp simd reduction(+:{local})\n{loop}"
             f"    const {compute} v = {value};\n"
             + (f"    {store}\n" if store else "")
