@@ -30,6 +30,10 @@ class OutOfMemoryError(ExecutionError, MemoryError):
     Raised before anything runs where the dims tell (the memory plan, kernel scratch)."""
 
 
+class DistributedError(LuminalError):
+    """A collective failed: a peer raised, died or timed out, or the ranks disagree."""
+
+
 def format_shape(dims: object) -> str:
     """A shape as users write it: (2, 3), (batch,), ()."""
     items = [str(d) for d in dims]  # type: ignore[attr-defined]

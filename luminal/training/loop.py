@@ -5,8 +5,11 @@ in one `execute()` (compiled once, with `lm.CPUCompiler()` by default); calling 
 batch runs one step and returns the loss. `fit` iterates over epochs of batches with a
 tqdm progress bar (loss, samples/s), calls an evaluation hook every N steps or epochs,
 returns the `History` and can plot it to a PNG. Gradient accumulation sums the gradients
-of `accumulate` micro-batches in a graph-held buffer before the optimizer step. See
-docs/training.md ("Training loop").
+of `accumulate` micro-batches in a graph-held buffer before the optimizer step. With
+`data_parallel=True` every rank of a `luminal.distributed` group runs the step on its
+shard of each global batch and the gradients are averaged across ranks (one all-reduce
+per optimizer step, inside the graph run). See docs/training.md ("Training loop") and
+docs/distributed.md.
 """
 
 from __future__ import annotations
@@ -22,12 +25,13 @@ import numpy as np
 
 from luminal import ops
 from luminal.dtype import float16, float32, int32
-from luminal.errors import GraphError, LuminalError, ShapeError
+from luminal.errors import DistributedError, ExecutionError, GraphError, LuminalError, ShapeError
 from luminal.training.autograd import Autograd
 from luminal.training.mixed_precision import GradScaler, autocast, compute_dtype
 from luminal.training.optim import Optimizer, clip_grad_norm, output_array
 
 if TYPE_CHECKING:
+    from luminal.distributed.data_parallel import GradientBucket
     from luminal.graph import Graph
     from luminal.nn.module import Module
     from luminal.tensor import GraphTensor
@@ -52,6 +56,12 @@ class TrainStep:
     `mixed_precision="fp16" | "bf16"` (build the loss under `autocast`, or use `build`)
     scales the loss with `scaler` (a `GradScaler`; by default one for fp16, none for
     bf16): a step whose gradients overflow is skipped and the scale backs off.
+    `data_parallel=True` (the group from `luminal.distributed.init()`, called if needed):
+    each call takes the global batch and runs on this rank's contiguous shard of it; the
+    gradients and the loss are averaged over the ranks in one all-reduce before clipping,
+    the overflow check and the optimizer, so all ranks apply the same update. At
+    construction the ranks check that they built the same parameters and take rank 0's
+    parameters and optimizer state. The loss must be a mean over the batch.
     """
 
     def __init__(
@@ -67,6 +77,7 @@ class TrainStep:
         compiler: Any = _DEFAULT,
         mixed_precision: str | None = None,
         scaler: GradScaler | None | object = _DEFAULT,
+        data_parallel: bool = False,
     ) -> None:
         self.graph: Graph = loss.graph
         self.inputs = list(inputs)
@@ -90,6 +101,9 @@ class TrainStep:
         self._last_flag: GraphTensor | None = None
         if self.accumulate > 1:
             grads = self._accumulated(grads)
+        self._bucket: GradientBucket | None = None
+        if data_parallel:
+            grads = self._data_parallel(grads)
         if max_grad_norm is not None:
             grads = clip_grad_norm(grads, max_grad_norm)
         if self.scaler is not None:
@@ -177,10 +191,35 @@ class TrainStep:
             averaged.append(total * (1.0 / self.accumulate))
         return averaged
 
+    def _data_parallel(self, grads: list[GraphTensor]) -> list[GraphTensor]:
+        """Join the group, check that every rank built the same step, take rank 0's
+        parameters and optimizer state, and average `grads` through the bucket."""
+        import luminal.distributed as dist
+        from luminal.distributed import data_parallel
+
+        communicator = dist.init()
+        optimizer = self.optimizer
+        lines = [f"{type(optimizer).__name__}, accumulate={self.accumulate}"]
+        lines += data_parallel.describe(optimizer.params)
+        data_parallel.check_same(communicator, "TrainStep(data_parallel=True)", lines)
+        state = [t for tensors in optimizer.state.values() for t in tensors]
+        data_parallel.broadcast_inputs(communicator, self.graph, [*optimizer.params, *state])
+        self._bucket = data_parallel.GradientBucket(communicator)
+        return data_parallel.averaged(self.graph, grads, self.loss, self._bucket)
+
     # ---------------------------------------------------------------- running
     @property
     def params(self) -> list[GraphTensor]:
         return self.optimizer.params
+
+    @property
+    def rank(self) -> int:
+        """This process's rank in the data-parallel group (0 without one)."""
+        return self._bucket.communicator.rank if self._bucket is not None else 0
+
+    @property
+    def world_size(self) -> int:
+        return self._bucket.communicator.world_size if self._bucket is not None else 1
 
     def set_batch(self, *arrays: np.ndarray) -> None:
         """Give each batch input its data (symbolic dims, e.g. "batch", bind to the sizes)."""
@@ -193,12 +232,19 @@ class TrainStep:
 
     def __call__(self, *arrays: np.ndarray) -> float:
         """One micro-batch: run the graph and, on every `accumulate`-th call, apply the
-        optimizer step and advance the schedule. Returns this batch's loss."""
+        optimizer step and advance the schedule. Returns this batch's loss (data
+        parallel: the mean over the whole global batch, the same on every rank)."""
+        bucket = self._bucket
+        if bucket is not None:
+            arrays, bucket.weight = _shard(arrays, bucket.communicator)
         self.set_batch(*arrays)
         last = (self.micro_step + 1) % self.accumulate == 0
         if self._last_flag is not None:
             self._last_flag.set(np.asarray(1.0 if last else 0.0, np.float32))
-        self.graph.execute()
+        if bucket is None:
+            self.graph.execute()
+        else:
+            _execute_reducing(self.graph, bucket, last)
         if self._buffers:
             for buffer, new in self._buffers:
                 self.graph.input_data[buffer.node_id] = output_array(self.graph, new)
@@ -218,12 +264,81 @@ class TrainStep:
                 self.schedule.step()
             self.optimizer_steps += 1
         self.micro_step += 1
-        return float(self.loss.numpy())
+        if bucket is None:
+            return float(self.loss.numpy())
+        if last:
+            return bucket.loss
+        return _global_loss(float(self.loss.numpy()), bucket)
 
     @property
     def pending(self) -> int:
         """Micro-batches accumulated since the last optimizer step."""
         return self.micro_step % self.accumulate
+
+    # ---------------------------------------------------------------- checkpoints
+    def _checkpoint_tensors(self) -> dict[str, GraphTensor]:
+        """Parameters ("param.i"), optimizer state ("kind.i") and the optimizer's step."""
+        tensors = {f"param.{i}": p for i, p in enumerate(self.optimizer.params)}
+        for kind, states in self.optimizer.state.items():
+            tensors.update({f"{kind}.{i}": t for i, t in enumerate(states)})
+        tensors["optimizer.step"] = self.optimizer._step
+        return tensors
+
+    def save(self, path: str | Path) -> None:
+        """Write parameters and optimizer state as safetensors. Data parallel: every rank
+        holds the same values, rank 0 writes, and all ranks return once it has written."""
+        from luminal.weights import save_safetensors
+
+        if self.rank == 0:
+            data = self.graph.input_data
+            arrays = {name: data[t.node_id] for name, t in self._checkpoint_tensors().items()}
+            save_safetensors(arrays, path)
+        if self._bucket is not None:
+            self._bucket.communicator.barrier(None)
+
+    def load(self, path: str | Path) -> None:
+        """Read what `save` wrote (data parallel: rank 0 reads, the others receive it)."""
+        from luminal.weights import load_safetensors
+
+        tensors = self._checkpoint_tensors()
+        if self.rank == 0:
+            stored = load_safetensors(path)
+            missing = sorted(set(tensors) - set(stored))
+            if missing:
+                raise LuminalError(f"TrainStep.load: {str(path)!r} lacks {missing[:3]}")
+            for name, tensor in tensors.items():
+                tensor.set(stored[name])
+        if self._bucket is not None:
+            from luminal.distributed.data_parallel import broadcast_inputs
+
+            broadcast_inputs(self._bucket.communicator, self.graph, list(tensors.values()))
+
+
+def _shard(arrays: Sequence[np.ndarray], communicator: Any) -> tuple[Sequence[np.ndarray], float]:
+    from luminal.distributed.data_parallel import shard
+
+    return shard(arrays, communicator.rank, communicator.world_size)
+
+
+def _execute_reducing(graph: Graph, bucket: GradientBucket, last: bool) -> None:
+    """Run the graph with the bucket's all-reduce live on optimizer steps; a collective
+    that failed inside the run surfaces as its own DistributedError."""
+    bucket.active = last
+    try:
+        graph.execute()
+    except ExecutionError as error:
+        if isinstance(error.__cause__, DistributedError):
+            raise error.__cause__ from None
+        raise
+    finally:
+        bucket.active = False
+
+
+def _global_loss(local: float, bucket: GradientBucket) -> float:
+    """The mean loss of the global micro-batch (uneven shards weighted by size)."""
+    value = np.array([local * bucket.weight], np.float32)
+    bucket.communicator.all_reduce(value, "avg", None)
+    return float(value[0])
 
 
 def _scaler_for(
@@ -330,6 +445,7 @@ def fit(
     progress: bool = True,
     plot_path: str | Path | None = None,
     log: Callable[[str], None] | None = print,
+    save_path: str | Path | None = None,
 ) -> History:
     """Train for `epochs` passes over `data` and return the History.
 
@@ -339,7 +455,9 @@ def fit(
     `{"accuracy": 0.97}`; it runs every `eval_every` optimizer steps, or at the end of every
     epoch when `eval_every` is None, and each result is logged. `progress` shows a tqdm bar
     with the running loss and samples/s. `plot_path` writes the loss and metric curves as a
-    PNG at the end (see `plot_history`).
+    PNG at the end (see `plot_history`). `save_path` gets a checkpoint (`step.save`) at
+    the end of every epoch. Data parallel: every rank passes the same global batches;
+    only rank 0 shows progress, logs, plots and writes the checkpoint.
     """
     if epochs < 0:
         raise LuminalError(f"fit: epochs must be >= 0, got {epochs}")
@@ -351,8 +469,9 @@ def fit(
             "of the epoch that returns the batches"
         )
     history = History()
-    bar = _progress_bar(step, data, epochs, progress)
-    write = _writer(bar, log)
+    lead = step.rank == 0
+    bar = _progress_bar(step, data, epochs, progress and lead)
+    write = _writer(bar, log if lead else None)
     pending: list[float] = []
 
     def evaluate() -> None:
@@ -395,12 +514,14 @@ def fit(
                 history.epoch_losses.append(float(np.mean(epoch_losses)))
             if eval_every is None:
                 evaluate()
+            if save_path is not None:
+                step.save(save_path)
     finally:
         if bar is not None:
             bar.close()
     if pending:
         write(f"fit: {len(pending)} micro-batch(es) accumulated but not applied yet")
-    if plot_path is not None:
+    if plot_path is not None and lead:
         plot_history(history, plot_path)
     return history
 

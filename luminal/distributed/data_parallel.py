@@ -1,0 +1,165 @@
+"""What `TrainStep(..., data_parallel=True)` adds to a training step.
+
+Each rank runs the same graph on its shard of the global batch. The gradients (and the
+loss) are joined into one flat float32 bucket inside the graph; a Python `Function` node
+all-reduces (averages) the bucket in place, and the optimizer reads the averaged
+gradients back out of it by views. So a step is still one `execute()`, with one
+collective, and every rank applies the same update to the same parameters: optimizer
+state stays identical without ever being sent. Before training, the ranks check that
+they built the same parameters and take rank 0's values.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from luminal import ops
+from luminal.distributed.backend import Communicator
+from luminal.dtype import float32
+from luminal.errors import DistributedError, ShapeError
+
+if TYPE_CHECKING:
+    from luminal.graph import Graph
+    from luminal.tensor import GraphTensor
+
+LABEL = "all_reduce gradients (data parallel)"
+
+
+class GradientBucket:
+    """The callable of the all-reduce Function node. It communicates only while `active`
+    (TrainStep sets it around the runs that apply an optimizer step), so compiling,
+    verifying and the non-final micro-batches of an accumulation never communicate.
+    `weight` scales this rank's contribution when shards are uneven; the averaged loss
+    of the step is left in `loss`."""
+
+    def __init__(self, communicator: Communicator) -> None:
+        self.communicator = communicator
+        self.active = False
+        self.weight = 1.0
+        self.loss = float("nan")
+
+    def __deepcopy__(self, memo: dict) -> GradientBucket:
+        """A copied graph (the compiler's reference copy) shares the bucket: it holds
+        the process's communicator, which cannot be copied."""
+        return self
+
+    def __call__(self, flat: np.ndarray) -> np.ndarray:
+        if not self.active:
+            return flat
+        if not (flat.flags.writeable and flat.flags.c_contiguous and flat.dtype == np.float32):
+            flat = np.array(flat, dtype=np.float32)
+        if self.weight != 1.0:
+            flat *= np.float32(self.weight)
+        self.communicator.all_reduce(flat, "avg")
+        self.loss = float(flat[-1])
+        return flat
+
+
+def averaged(
+    graph: Graph, grads: Sequence[GraphTensor], loss: GraphTensor, bucket: GradientBucket
+) -> list[GraphTensor]:
+    """`grads` averaged over the ranks: concatenated with the loss into one flat bucket,
+    all-reduced by `bucket`, and read back as float32 views shaped like the gradients."""
+    from luminal.hl.combine import concat
+
+    pieces = [g.cast(float32).reshape((_numel(g),)) for g in grads]
+    pieces.append(loss.cast(float32).reshape((1,)))
+    flat = concat(pieces, 0)
+    reduced = graph.add_node(ops.Function(LABEL, bucket), [flat], flat.shape, float32)
+    out, offset = [], 0
+    for grad in grads:
+        size = _numel(grad)
+        out.append(reduced[offset : offset + size].reshape(tuple(int(d) for d in grad.shape)))
+        offset += size
+    return out
+
+
+def _numel(tensor: GraphTensor) -> int:
+    return int(np.prod([int(d) for d in tensor.shape], dtype=np.int64))
+
+
+def shard(arrays: Sequence[np.ndarray], rank: int, world_size: int) -> tuple[list, float]:
+    """This rank's contiguous slice of every batch array (np.array_split's sizes), and
+    its weight: local samples * world_size / global samples (1.0 for equal shards), so
+    that averaging the weighted mean gradients gives the mean over the whole batch."""
+    sizes = {len(a) for a in arrays}
+    if len(sizes) != 1:
+        raise ShapeError(
+            f"TrainStep(data_parallel=True): the batch arrays have different lengths "
+            f"{sorted(sizes)}; they are split along their first dim"
+        )
+    total = sizes.pop()
+    if total < world_size:
+        raise ShapeError(
+            f"TrainStep(data_parallel=True): a batch of {total} samples cannot be split "
+            f"over {world_size} ranks"
+        )
+    bounds = [total * r // world_size for r in range(world_size + 1)]
+    start, stop = bounds[rank], bounds[rank + 1]
+    local = [np.ascontiguousarray(a[start:stop]) for a in arrays]
+    return local, (stop - start) * world_size / total
+
+
+def describe(tensors: Sequence[GraphTensor]) -> list[str]:
+    """One line per parameter: its index, input name, shape and dtype."""
+    return [
+        f"parameter {index} {t.node.op.label!r} {t._shape_text()} {t.dtype.value}"
+        for index, t in enumerate(tensors)
+    ]
+
+
+def check_same(communicator: Communicator, what: str, lines: list[str]) -> None:
+    """Raise DistributedError on every rank unless all ranks hold the same `lines`,
+    naming the first line where some rank differs from rank 0."""
+    text = np.frombuffer(json.dumps(lines).encode(), np.uint8)
+    lengths = communicator.all_gather(np.array([text.size], np.int64), None)[:, 0]
+    padded = np.zeros(int(lengths.max()), np.uint8)
+    padded[: text.size] = text
+    gathered = communicator.all_gather(padded, None)
+    views = [json.loads(bytes(row[:n]).decode()) for row, n in zip(gathered, lengths, strict=True)]
+    reference = views[0]
+    for rank, view in enumerate(views[1:], start=1):
+        for index in range(max(len(view), len(reference))):
+            mine = view[index] if index < len(view) else "nothing"
+            theirs = reference[index] if index < len(reference) else "nothing"
+            if mine != theirs:
+                raise DistributedError(
+                    f"{what}: the ranks built different graphs: rank 0 has {theirs}, "
+                    f"rank {rank} has {mine} (entry {index}; {len(reference)} vs {len(view)} "
+                    "entries)"
+                )
+
+
+def broadcast_inputs(
+    communicator: Communicator, graph: Graph, tensors: Sequence[GraphTensor]
+) -> None:
+    """Give every rank rank 0's data for `tensors` (graph inputs: parameters and optimizer
+    state), packed by dtype into one buffer each (one collective per dtype)."""
+    by_dtype: dict[np.dtype, list[GraphTensor]] = {}
+    for tensor in tensors:
+        array = graph.input_data[tensor.node_id]
+        by_dtype.setdefault(array.dtype, []).append(tensor)
+    for dtype, group in by_dtype.items():
+        arrays = [graph.input_data[t.node_id] for t in group]
+        flat = np.concatenate([a.reshape(-1) for a in arrays]).astype(dtype, copy=False)
+        communicator.broadcast(flat, 0, None)
+        offset = 0
+        for tensor, array in zip(group, arrays, strict=True):
+            piece = flat[offset : offset + array.size].reshape(array.shape)
+            graph.input_data[tensor.node_id] = piece.copy()
+            offset += array.size
+
+
+__all__ = [
+    "LABEL",
+    "GradientBucket",
+    "averaged",
+    "broadcast_inputs",
+    "check_same",
+    "describe",
+    "shard",
+]

@@ -1,0 +1,71 @@
+"""One rank of a distributed test job: `python -m tests.distributed.worker MODE OUT`.
+
+Launched by the tests under `mpiexec -n 2` or `torchrun --nproc-per-node 2`; every rank
+writes what it computed to OUT/rank<r>.npz for the test to compare with its oracle.
+MODE: "train" (the data-parallel scenarios, compiled), "collectives" (exact results of
+every collective), "train+collectives", "fail" (rank 1 raises at its 5th step), "die"
+(rank 1 exits there without a word).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+import luminal as lm
+import luminal.distributed as dist
+from tests.distributed import workloads
+
+FAIL_STEP = 5
+
+
+def collectives() -> dict[str, np.ndarray]:
+    """Each collective on rank-dependent data (results checked exactly by the test)."""
+    rank = dist.rank()
+    out: dict[str, np.ndarray] = {}
+    for op in ("sum", "avg", "max", "min"):
+        out[f"all_reduce_{op}"] = dist.all_reduce(workloads.rank_array(rank), op=op)
+    out["all_reduce_int"] = dist.all_reduce(np.arange(5, dtype=np.int32) * (rank + 1))
+    out["broadcast"] = dist.broadcast(workloads.rank_array(rank), root=1)
+    out["all_gather"] = dist.all_gather(workloads.rank_array(rank))
+    out["reduce_scatter"] = dist.reduce_scatter(workloads.rank_array(rank), op="sum")
+    dist.barrier()
+    return out
+
+
+def train(out: dict[str, np.ndarray]) -> None:
+    for name in workloads.SCENARIOS:
+        result = workloads.train(name, True, lm.CPUCompiler(), seed=dist.rank())
+        out[f"{name}_losses"] = result["losses"]
+        for index, param in enumerate(result["params"]):
+            out[f"{name}_param{index}"] = param
+
+
+def fail(how: str) -> None:
+    """Train; rank 1 raises (or exits without a word) before its FAIL_STEP-th step."""
+    step = workloads.build("sgd", True, lm.CPUCompiler())
+    for index, (x, y) in enumerate(workloads.batches(20, 16)):
+        if dist.rank() == 1 and index == FAIL_STEP:
+            if how == "die":
+                os._exit(3)
+            raise ValueError(f"rank 1 fails on purpose at step {FAIL_STEP}")
+        step(x, y)
+
+
+def main(mode: str, folder: str) -> None:
+    dist.init()
+    out: dict[str, np.ndarray] = {"world_size": np.array(dist.world_size())}
+    if "collectives" in mode:
+        out.update(collectives())
+    if "train" in mode:
+        train(out)
+    if mode in ("fail", "die"):
+        fail(mode)
+    np.savez(Path(folder) / f"rank{dist.rank()}.npz", **out)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
