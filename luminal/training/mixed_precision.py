@@ -143,12 +143,12 @@ class GradScaler:
             return None
         self._inputs(grads[0].graph)
         from luminal.hl.combine import stack
+        from luminal.training.optim import largest_or_zero
 
         flags = []
-        for grad in grads:
+        for grad in grads:  # a zero-size gradient has no inf: its flag is 0
             g = grad.cast(float32)
-            finite = g.gt(-math.inf) * g.lt(math.inf)
-            flags.append((1.0 - finite).max(tuple(range(g.ndim))) if g.ndim else 1.0 - finite)
+            flags.append(largest_or_zero(1.0 - g.gt(-math.inf) * g.lt(math.inf)))
         found = flags[0] if len(flags) == 1 else stack(flags, 0).max()
         self.found_inf = found.retrieve()
         return self.found_inf

@@ -411,7 +411,7 @@ def clip_grad_norm(
     if not grads:
         raise LuminalError("clip_grad_norm: got no gradients")
     if norm_type == math.inf:
-        norms = [g.cast(float32).abs().max() for g in grads]
+        norms = [largest_or_zero(g.cast(float32).abs()) for g in grads]
         total = _stack_scalars(norms).max()
     elif norm_type == 2.0:
         norms = [(g.cast(float32) * g.cast(float32)).sum().sqrt() for g in grads]
@@ -444,6 +444,17 @@ def one_minus_pow(log_beta: GraphTensor, t: GraphTensor) -> GraphTensor:
         inner = xs * (1.0 / k) * inner + 1.0
     expm1 = xs * inner
     return -expm1 * small + (1.0 - x.exp()) * (1 - small)
+
+
+def largest_or_zero(x: GraphTensor) -> GraphTensor:
+    """The largest element of a tensor of non-negative values (NaN propagates), 0 when it
+    has no elements: the inf-norm of an empty gradient. `max` raises over nothing, which
+    would stop a whole training graph for one zero-size parameter (PyTorch raises too; the
+    norm of an empty vector is 0 for every other p, in PyTorch as here)."""
+    if x.ndim == 0:
+        return x
+    largest = x._reduce(ops.MaxReduce, None, False, "max")  # -inf over nothing
+    return largest.maximum(0.0)
 
 
 def _stack_scalars(values: Sequence[GraphTensor]) -> GraphTensor:
