@@ -55,7 +55,7 @@ def test_log_mel_rejects_bad_waveforms() -> None:
     with pytest.raises(LuminalError, match="NaN or infinite"):
         lm.audio.log_mel_spectrogram(np.array([0.0, np.nan, 1.0]))
     with pytest.raises(ShapeError, match="reflect padding needs more than 200 samples"):
-        lm.audio.log_mel_spectrogram(np.zeros(100, np.float32), chunk_length=None)
+        lm.audio.log_mel_spectrogram(np.zeros(100, np.float32), n_samples=None)
 
 
 def write_wav(path: Path, samples: np.ndarray, rate: int, width: int = 2) -> None:

@@ -3,6 +3,7 @@
 from luminal.audio.features import (
     HOP_LENGTH,
     N_FFT,
+    N_SAMPLES,
     SAMPLE_RATE,
     log_mel_spectrogram,
     mel_filters,
@@ -13,6 +14,7 @@ from luminal.audio.io import load_audio, read_wav, resample
 __all__ = [
     "HOP_LENGTH",
     "N_FFT",
+    "N_SAMPLES",
     "SAMPLE_RATE",
     "load_audio",
     "log_mel_spectrogram",

@@ -1,6 +1,6 @@
 """Whisper's log-mel spectrogram in numpy, equal to transformers' `WhisperFeatureExtractor`.
 
-The steps are Whisper's: pad (or cut) the waveform to `chunk_length` seconds, a centred
+The steps are Whisper's: pad (or cut) the waveform to 30 s (`n_samples`), a centred
 STFT (reflect padding, periodic Hann window, `n_fft`-point real FFT every `hop_length`
 samples), the power spectrum, Slaney-style mel filters from 0 to 8 kHz, log10 with a floor
 of 1e-10, everything below the loudest value minus 8 raised to it, then (x + 4) / 4. The
@@ -20,6 +20,7 @@ SAMPLE_RATE = 16_000
 N_FFT = 400
 HOP_LENGTH = 160
 CHUNK_LENGTH = 30  # seconds
+N_SAMPLES = CHUNK_LENGTH * SAMPLE_RATE  # what one encoder input holds: 3000 frames
 MAX_FREQUENCY = 8000.0
 
 # Slaney's mel scale: linear below 1 kHz (3 mels per 200 Hz), logarithmic above
@@ -109,13 +110,14 @@ def log_mel_spectrogram(
     sample_rate: int = SAMPLE_RATE,
     n_fft: int = N_FFT,
     hop_length: int = HOP_LENGTH,
-    chunk_length: int | None = CHUNK_LENGTH,
+    n_samples: int | None = N_SAMPLES,
 ) -> np.ndarray:
     """Whisper's input features: a mono waveform (samples,) at `sample_rate`, or a batch
     (batch, samples), -> float32 (n_mels, frames) or (batch, n_mels, frames). The waveform
-    is first padded with silence (or cut) to `chunk_length` seconds, so 30 s at 16 kHz
-    give 3000 frames; `chunk_length=None` keeps its length. The floor (loudest - 8) is
-    taken per waveform, as transformers does."""
+    is first padded with silence (or cut) to `n_samples` (30 s at 16 kHz: 3000 frames,
+    what Whisper's encoder takes; a model with other `max_source_positions` needs
+    2 * max_source_positions * hop_length); `n_samples=None` keeps its length. The floor
+    (loudest - 8) is taken per waveform, as transformers does."""
     array = np.asarray(waveform)
     if array.dtype.kind not in "fiu" or array.ndim not in (1, 2):
         raise ShapeError(
@@ -126,8 +128,8 @@ def log_mel_spectrogram(
         raise LuminalError("log_mel_spectrogram: the waveform holds NaN or infinite samples")
     # transformers turns the waveform into float32 first; the STFT runs in float64 here
     array = array.astype(np.float32)
-    if chunk_length is not None:
-        array = pad_or_trim(array, chunk_length * sample_rate)
+    if n_samples is not None:
+        array = pad_or_trim(array, n_samples)
     if array.ndim == 2:
         return np.stack([_log_mel(row, n_mels, sample_rate, n_fft, hop_length) for row in array])
     return _log_mel(array, n_mels, sample_rate, n_fft, hop_length)
@@ -148,6 +150,7 @@ __all__ = [
     "CHUNK_LENGTH",
     "HOP_LENGTH",
     "N_FFT",
+    "N_SAMPLES",
     "SAMPLE_RATE",
     "hann_window",
     "hertz_to_mel",

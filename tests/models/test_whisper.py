@@ -202,3 +202,50 @@ def test_config_validation() -> None:
         Whisper(lm.Graph(), {k: v for k, v in base.items() if k != "decoder_layers"})
     with pytest.raises(ShapeError, match="max_source_positions must be in"):
         Whisper(lm.Graph(), {**base, "max_source_positions": 0})
+
+
+def write_tokenizer(folder: Path) -> None:
+    """A word-level tokenizer.json for the test vocabulary: "t0".."t78", then special
+    tokens named as Whisper's (decode with skip_special_tokens drops them)."""
+    from tokenizers import AddedToken, Tokenizer
+    from tokenizers.models import WordLevel
+
+    special = ["<|endoftext|>", "<|startoftranscript|>", *LANGUAGES, "<|s84|>", "<|s85|>"]
+    special += [*TASKS, "<|notimestamps|>"] + [f"<|{i * 0.02:.2f}|>" for i in range(11)]
+    words = [f"t{i}" for i in range(EOT)] + special
+    tokenizer = Tokenizer(WordLevel({w: i for i, w in enumerate(words)}, unk_token="t0"))
+    tokenizer.add_special_tokens([AddedToken(w, special=True) for w in special])
+    tokenizer.save(str(folder / "tokenizer.json"))
+
+
+def test_transcribe_example(hf, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The example reads an 8 kHz stereo WAV, resamples it, and prints transformers'
+    greedy tokens for the same log-mel features, and their text."""
+    import wave
+
+    from transformers import WhisperFeatureExtractor
+
+    from luminal.examples import transcribe
+
+    hf.save_pretrained(tmp_path / "model")
+    write_tokenizer(tmp_path / "model")
+    t = np.arange(4000) / 8000
+    tone = np.sin(2 * np.pi * 300 * t) * np.linspace(0, 1, t.size) * 12000
+    pcm = np.stack([tone, -0.5 * tone], axis=1).astype("<i2")
+    with wave.open(str(tmp_path / "clip.wav"), "wb") as writer:
+        writer.setnchannels(2)
+        writer.setsampwidth(2)
+        writer.setframerate(8000)
+        writer.writeframes(pcm.tobytes())
+    args = [str(tmp_path / "clip.wav"), "--model", str(tmp_path / "model"), "--language", "en"]
+    assert transcribe.main([*args, "--max-new-tokens", str(NEW_TOKENS), "--no-compile"]) == 0
+    out = capsys.readouterr().out
+    waveform = lm.audio.load_audio(tmp_path / "clip.wav")
+    extractor = WhisperFeatureExtractor(feature_size=MELS)
+    features = extractor(
+        waveform, sampling_rate=16_000, max_length=2 * POSITIONS * 160, return_tensors="np"
+    ).input_features
+    expected = hf_tokens(hf, features, language="en")[0].tolist()
+    assert f"): {expected}" in out
+    assert "Text: " + " ".join(f"t{i}" for i in expected if i < EOT) in out
+    assert "0.50 s at 8000 Hz" in out and "only the first 0.48 s are transcribed" in out
