@@ -8,6 +8,7 @@ beyond the numpy work.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -15,7 +16,13 @@ from typing import Any
 import numpy as np
 
 from luminal import ops
-from luminal.errors import ExecutionError, ShapeError, format_shape
+from luminal.errors import (
+    ExecutionError,
+    LuminalError,
+    OutOfMemoryError,
+    ShapeError,
+    format_shape,
+)
 from luminal.reference.contraction import contract
 from luminal.reference.kernels import KERNELS, Kernel, KernelContext, compute_dtype
 from luminal.reference.views import read_concrete
@@ -176,16 +183,21 @@ def execute(graph: Any, debug: bool = False) -> None:
     values: dict[int, np.ndarray] = {i: graph.input_data[i] for i in plan.inputs}
     for step in plan.steps:
         start = time.perf_counter()
-        arrays = [
-            read_concrete(values[o.source], o.view).astype(o.dtype, copy=False)
-            for o in step.operands
-        ]
         node = step.node
-        if step.contraction_axis is not None:
-            result = contract(arrays[0], arrays[1], step.contraction_axis)
-        else:
-            result = step.kernel(node.op, arrays, step.ctx)
-        result = np.asarray(result, dtype=node.dtype.numpy, order="C")
+        try:
+            arrays = [
+                read_concrete(values[o.source], o.view).astype(o.dtype, copy=False)
+                for o in step.operands
+            ]
+            if step.contraction_axis is not None:
+                result = contract(arrays[0], arrays[1], step.contraction_axis)
+            else:
+                result = step.kernel(node.op, arrays, step.ctx)
+            result = np.asarray(result, dtype=node.dtype.numpy, order="C")
+        except MemoryError as error:
+            if isinstance(error, LuminalError):
+                raise
+            raise _out_of_memory(step, dims, error) from error
         if result.shape != step.ctx.shape:
             raise ExecutionError(
                 f"{node.op.name} (node {node.id}) produced shape {result.shape}, "
@@ -197,6 +209,18 @@ def execute(graph: Any, debug: bool = False) -> None:
         if debug:
             _report(graph, step, result, time.perf_counter() - start)
     graph.buffers = {node_id: values[node_id] for node_id in plan.keep if node_id in values}
+
+
+def _out_of_memory(step: Step, dims: dict[str, int], error: MemoryError) -> OutOfMemoryError:
+    """numpy's bare MemoryError, with the node, its shape, dtype and output bytes and the
+    dims, as the compiled runtime reports it (an enormous dim is the usual cause)."""
+    node = step.node
+    nbytes = math.prod(step.ctx.shape) * node.dtype.itemsize
+    return OutOfMemoryError(
+        f"{node.op.name} (node {node.id}, shape {format_shape(step.ctx.shape)}, "
+        f"{node.dtype.name}): its output needs {nbytes} bytes and numpy could not allocate "
+        f"memory ({error}); check the dims ({dims})"
+    )
 
 
 def _report(graph: Any, step: Step, result: np.ndarray, seconds: float) -> None:

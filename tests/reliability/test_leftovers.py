@@ -1,5 +1,5 @@
 """Issue 11 leftovers: training with a zero-size parameter (optimizers, inf-norm clipping,
-GradScaler)."""
+GradScaler), and the reference runtime's OutOfMemoryError for an enormous dim."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import luminal as lm
+from luminal.shape.expr import var
 from luminal.training import optim
 from luminal.training.mixed_precision import GradScaler
 
@@ -113,3 +114,27 @@ def test_largest_or_zero_of_nothing_is_zero_and_nan_propagates() -> None:
     cx.execute()
     assert outputs[0].numpy() == 0.0 and np.isnan(outputs[1].numpy())
     assert outputs[2].numpy() == 1.0
+
+
+# ------------------------------------------------------------------ reference memory
+HUGE = 2**40
+
+
+def test_reference_runtime_raises_out_of_memory_error_naming_the_node() -> None:
+    """numpy's bare MemoryError for a dim of 2**40 becomes OutOfMemoryError (an
+    ExecutionError and a MemoryError) naming the node, its shape, dtype and bytes."""
+    cx = lm.Graph()
+    cx.set_dim("k", 6)
+    out = (cx.iota(var("z") % 7, ("k",)) * 2).retrieve()
+    cx.execute()
+    cx.set_dim("k", HUGE)
+    with pytest.raises(lm.errors.OutOfMemoryError) as caught:
+        cx.execute()
+    assert isinstance(caught.value, lm.ExecutionError) and isinstance(caught.value, MemoryError)
+    message = str(caught.value)
+    assert f"Iota (node {out.node.inputs[0].source}" in message
+    assert f"shape ({HUGE},)" in message and "int32" in message
+    assert f"{4 * HUGE} bytes" in message and f"'k': {HUGE}" in message
+    cx.set_dim("k", 5)
+    cx.execute()
+    np.testing.assert_array_equal(out.numpy(), [0, 2, 4, 6, 8])
