@@ -109,6 +109,7 @@ class TrainStep:
         if self.scaler is not None:
             self.scaler.check(grads)  # after accumulation: an inf in any micro-batch stays
         optimizer.step_graph(grads)
+        self.broadcast_state()
         if compiler is _DEFAULT:
             from luminal.backends.cpu.compiler import CPUCompiler
 
@@ -202,8 +203,6 @@ class TrainStep:
         lines = [f"{type(optimizer).__name__}, accumulate={self.accumulate}"]
         lines += data_parallel.describe(optimizer.params)
         data_parallel.check_same(communicator, "TrainStep(data_parallel=True)", lines)
-        state = [t for tensors in optimizer.state.values() for t in tensors]
-        data_parallel.broadcast_inputs(communicator, self.graph, [*optimizer.params, *state])
         self._bucket = data_parallel.GradientBucket(communicator)
         return data_parallel.averaged(self.graph, grads, self.loss, self._bucket)
 
@@ -284,6 +283,15 @@ class TrainStep:
         tensors["optimizer.step"] = self.optimizer._step
         return tensors
 
+    def broadcast_state(self) -> None:
+        """Data parallel: give every rank rank 0's parameters, optimizer state and step
+        (done at construction; again after changing weights on rank 0 only)."""
+        if self._bucket is not None:
+            from luminal.distributed.data_parallel import broadcast_inputs
+
+            tensors = list(self._checkpoint_tensors().values())
+            broadcast_inputs(self._bucket.communicator, self.graph, tensors)
+
     def save(self, path: str | Path) -> None:
         """Write parameters and optimizer state as safetensors. Data parallel: every rank
         holds the same values, rank 0 writes, and all ranks return once it has written."""
@@ -308,10 +316,7 @@ class TrainStep:
                 raise LuminalError(f"TrainStep.load: {str(path)!r} lacks {missing[:3]}")
             for name, tensor in tensors.items():
                 tensor.set(stored[name])
-        if self._bucket is not None:
-            from luminal.distributed.data_parallel import broadcast_inputs
-
-            broadcast_inputs(self._bucket.communicator, self.graph, list(tensors.values()))
+        self.broadcast_state()
 
 
 def _shard(arrays: Sequence[np.ndarray], communicator: Any) -> tuple[Sequence[np.ndarray], float]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +50,7 @@ def fail(how: str) -> None:
     step = workloads.build("sgd", True, lm.CPUCompiler())
     for index, (x, y) in enumerate(workloads.batches(20, 16)):
         if dist.rank() == 1 and index == FAIL_STEP:
+            print(f"rank 1 stops at {time.time()}", file=sys.stderr, flush=True)
             if how == "die":
                 os._exit(3)
             raise ValueError(f"rank 1 fails on purpose at step {FAIL_STEP}")
