@@ -450,10 +450,18 @@ class Graph:
         return self.compiled.memory_report(self)
 
     def execute_debug(self) -> None:
-        """Run with the reference runtime, printing each op, its shapes and its time."""
+        """Run with the reference runtime, printing each op, its shapes and its time. Like
+        execute(), it holds the graph's lock, and a run that raises leaves no outputs."""
         from luminal.reference.executor import execute
 
-        execute(self, debug=True)
+        with self.lock:
+            try:
+                execute(self, debug=True)
+            except BaseException as error:
+                self.buffers = {}
+                self.failed_run = f"{type(error).__name__}: {error}"
+                raise
+            self.failed_run = None
 
     def to_dot(self) -> str:
         from luminal.debug import graph_to_dot

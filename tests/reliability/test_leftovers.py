@@ -1,9 +1,12 @@
 """Issue 11 leftovers: training with a zero-size parameter (optimizers, inf-norm clipping,
-GradScaler), and the reference runtime's OutOfMemoryError for an enormous dim."""
+GradScaler), `execute_debug()` under the graph's lock with failed runs recorded, and the
+reference runtime's OutOfMemoryError for an enormous dim."""
 
 from __future__ import annotations
 
 import math
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -114,6 +117,51 @@ def test_largest_or_zero_of_nothing_is_zero_and_nan_propagates() -> None:
     cx.execute()
     assert outputs[0].numpy() == 0.0 and np.isnan(outputs[1].numpy())
     assert outputs[2].numpy() == 1.0
+
+
+# ------------------------------------------------------------------ execute_debug
+def _gather_graph() -> tuple[lm.Graph, lm.GraphTensor, lm.GraphTensor]:
+    cx = lm.Graph()
+    table = cx.tensor((5, 3)).set(np.arange(15, dtype=np.float32).reshape(5, 3))
+    index = cx.tensor((2,), dtype=lm.int32)
+    return cx, index, table.gather(index).retrieve()
+
+
+def test_execute_debug_records_a_failed_run_and_the_next_run_is_right(capsys) -> None:  # noqa: ANN001
+    cx, index, rows = _gather_graph()
+    index.set(np.array([1, 4], np.int32))
+    cx.execute_debug()
+    np.testing.assert_array_equal(rows.numpy(), [[3, 4, 5], [12, 13, 14]])
+    index.set(np.array([1, 9], np.int32))
+    with pytest.raises(lm.ExecutionError, match="out of range"):
+        cx.execute_debug()
+    assert cx.failed_run is not None and "ExecutionError" in cx.failed_run
+    with pytest.raises(lm.ExecutionError, match="the last execute\\(\\) failed"):
+        rows.numpy()  # no stale outputs of the good run
+    index.set(np.array([0, 2], np.int32))
+    cx.execute_debug()
+    assert cx.failed_run is None
+    np.testing.assert_array_equal(rows.numpy(), [[0, 1, 2], [6, 7, 8]])
+    assert "Gather" in capsys.readouterr().out  # it still prints each op
+
+
+def test_execute_debug_waits_for_the_graph_lock() -> None:
+    cx, index, rows = _gather_graph()
+    index.set(np.array([2, 3], np.int32))
+    finished = threading.Event()
+
+    def debug_run() -> None:
+        cx.execute_debug()
+        finished.set()
+
+    with cx.lock:  # another thread's set/execute/read sequence
+        worker = threading.Thread(target=debug_run)
+        worker.start()
+        time.sleep(0.2)
+        assert not finished.is_set()
+    worker.join(timeout=30)
+    assert finished.is_set()
+    np.testing.assert_array_equal(rows.numpy(), [[6, 7, 8], [9, 10, 11]])
 
 
 # ------------------------------------------------------------------ reference memory
