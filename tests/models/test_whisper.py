@@ -164,9 +164,14 @@ def test_reference_runtime_session_and_generate(hf, model, features) -> None:
 
 def test_from_pretrained_folder(hf, features, tmp_path: Path) -> None:
     """save_pretrained writes config.json, safetensors (no proj_out: it is tied) and
-    generation_config.json; the loaded model decodes as transformers does."""
+    generation_config.json; lm.models.from_pretrained builds the model without random
+    initial weights, and it decodes as transformers does."""
     hf.save_pretrained(tmp_path)
-    model = Whisper.from_pretrained(tmp_path)
+    before = lm.nn.layers.default_generator().bit_generator.state
+    model = lm.models.from_pretrained(tmp_path)  # config.json's model_type is "whisper"
+    assert isinstance(model, Whisper)
+    # no random initial weights were drawn (convolutions included) before loading
+    assert lm.nn.layers.default_generator().bit_generator.state == before
     assert model.generation.no_timestamps_token_id == NO_TIMESTAMPS
     assert model.generation.suppress_tokens[0] == 5
     ours = model.transcribe_tokens(features, "en", max_new_tokens=NEW_TOKENS, compile=False)
