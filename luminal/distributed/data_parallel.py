@@ -1,9 +1,9 @@
 """What `TrainStep(..., data_parallel=True)` adds to a training step.
 
-Each rank runs the same graph on its shard of the global batch. The gradients (and the
-loss) are joined into one flat float32 bucket inside the graph; a Python `Function` node
-all-reduces (averages) the bucket in place, and the optimizer reads the averaged
-gradients back out of it by views. So a step is still one `execute()`, with one
+Each rank runs the same graph on its shard of the global batch. One Python `Function`
+node takes the gradients and the loss, joins them into one flat float32 bucket and
+all-reduces (averages) it in place; the optimizer reads the averaged gradients back
+out of its output by views. So a step is still one `execute()`, with one
 collective, and every rank applies the same update to the same parameters: optimizer
 state stays identical without ever being sent. Before training, the ranks check that
 they built the same parameters and take rank 0's values.
@@ -47,11 +47,12 @@ class GradientBucket:
         the process's communicator, which cannot be copied."""
         return self
 
-    def __call__(self, flat: np.ndarray) -> np.ndarray:
+    def __call__(self, *pieces: np.ndarray) -> np.ndarray:
+        """Join the gradients and the loss into one flat float32 buffer and, on an
+        optimizer step, average it over the ranks in place."""
+        flat = np.concatenate([np.asarray(p, np.float32).reshape(-1) for p in pieces])
         if not self.active:
             return flat
-        if not (flat.flags.writeable and flat.flags.c_contiguous and flat.dtype == np.float32):
-            flat = np.array(flat, dtype=np.float32)
         if self.weight != 1.0:
             flat *= np.float32(self.weight)
         self.communicator.all_reduce(flat, "avg")
@@ -62,14 +63,13 @@ class GradientBucket:
 def averaged(
     graph: Graph, grads: Sequence[GraphTensor], loss: GraphTensor, bucket: GradientBucket
 ) -> list[GraphTensor]:
-    """`grads` averaged over the ranks: concatenated with the loss into one flat bucket,
-    all-reduced by `bucket`, and read back as float32 views shaped like the gradients."""
-    from luminal.hl.combine import concat
-
-    pieces = [g.cast(float32).reshape((_numel(g),)) for g in grads]
-    pieces.append(loss.cast(float32).reshape((1,)))
-    flat = concat(pieces, 0)
-    reduced = graph.add_node(ops.Function(LABEL, bucket), [flat], flat.shape, float32)
+    """`grads` averaged over the ranks: the gradients and the loss go into one Function
+    node, which joins them into one flat bucket (numpy copies, cheaper than a concat
+    built of graph ops) and all-reduces it; the gradients are read back out of its
+    output as float32 views."""
+    total = sum(_numel(g) for g in grads) + 1
+    inputs = [*grads, loss]
+    reduced = graph.add_node(ops.Function(LABEL, bucket), inputs, (total,), float32)
     out, offset = [], 0
     for grad in grads:
         size = _numel(grad)

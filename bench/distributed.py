@@ -1,0 +1,144 @@
+"""Data-parallel training throughput with 1 and 2 MPI ranks, one thread each.
+
+    .venv/bin/python bench/distributed.py [--batch-per-rank N ...] [--steps N] [--repeats N]
+
+Starts `mpiexec -n 1` and `mpiexec -n 2` (from the MPICH wheel next to this Python) on
+itself. 1 rank runs the plain TrainStep; with 2, each rank runs `TrainStep(...,
+data_parallel=True)` (SGD, momentum 0.9, compiled
+with lm.CPUCompiler()) for the MLP 784-512-512-10 and LeNet-5 of bench/training.py, with
+a fixed batch per rank (weak scaling: the global batch grows with the ranks, as in
+DDP). Reported: step time (best of `--repeats` means over `--steps` steps, rank 0),
+samples/s of the global batch, the 2-rank/1-rank throughput ratio, scaling efficiency
+(ratio / 2), and the share of the step spent in the gradient all-reduce (communication
+plus waiting for the slower rank; measured on rank 0 by timing the communicator).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+MODELS = {"MLP 784-512-512-10": (784,), "LeNet-5 1x28x28": (1, 28, 28)}
+
+
+def worker(batches: list[int], steps: int, repeats: int) -> None:
+    """One rank: time every (model, batch) step; rank 0 prints one JSON line each."""
+    import luminal.distributed as dist
+
+    dist.init()
+    spent = _time_all_reduce(dist.current())
+    for name, shape in MODELS.items():
+        for batch in batches:
+            best, share = measure(name, shape, batch, steps, repeats, spent)
+            if dist.rank() == 0:
+                row = {"model": name, "ranks": dist.world_size(), "batch": batch}
+                print(json.dumps({**row, "step": best, "comm_share": share}), flush=True)
+
+
+def _time_all_reduce(comm: object) -> list[float]:
+    """Make `comm.all_reduce` add its wall time to the returned one-element list."""
+    spent = [0.0]
+    reduce = comm.all_reduce
+
+    def timed(*args: object, **kwargs: object) -> object:
+        start = time.perf_counter()
+        try:
+            return reduce(*args, **kwargs)
+        finally:
+            spent[0] += time.perf_counter() - start
+
+    comm.all_reduce = timed
+    return spent
+
+
+def measure(
+    name: str, shape: tuple, batch: int, steps: int, repeats: int, spent: list[float]
+) -> tuple[float, float]:
+    """Best mean step time over `repeats`, and the all-reduce share of that repeat."""
+    from training import luminal_lenet, luminal_mlp
+
+    import luminal as lm
+    import luminal.distributed as dist
+    from luminal.training import SGD, TrainStep, losses
+
+    makers = {"MLP 784-512-512-10": luminal_mlp, "LeNet-5 1x28x28": luminal_lenet}
+    cx = lm.Graph()
+    lm.nn.manual_seed(0)
+    step = TrainStep.build(
+        makers[name](cx),
+        losses.cross_entropy,
+        functools.partial(SGD, lr=0.01, momentum=0.9),
+        ("batch", *shape),
+        data_parallel=dist.world_size() > 1,  # 1 rank: the plain step, no bucket
+    )
+    rng = np.random.default_rng(0)
+    world = dist.world_size()
+    x = rng.standard_normal((batch * world, *shape)).astype(np.float32)
+    y = rng.integers(0, 10, batch * world).astype(np.int32)
+    for _ in range(steps):
+        step(x, y)
+    best, share = float("inf"), 0.0
+    for _ in range(repeats):
+        dist.barrier()
+        spent[0] = 0.0
+        start = time.perf_counter()
+        for _ in range(steps):
+            step(x, y)
+        seconds = (time.perf_counter() - start) / steps
+        if seconds < best:
+            best, share = seconds, spent[0] / steps / seconds
+    return best, share
+
+
+def launch(ranks: int, args: argparse.Namespace) -> list[dict]:
+    mpiexec = Path(sys.executable).parent / "mpiexec"
+    command = [str(mpiexec), "-launcher", "fork", "-n", str(ranks), sys.executable, __file__]
+    command += ["--worker", "--steps", str(args.steps), "--repeats", str(args.repeats)]
+    command += ["--batch-per-rank", *map(str, args.batch_per_rank)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    job = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    if job.returncode != 0:
+        raise SystemExit(f"mpiexec -n {ranks} failed:\n{job.stdout}\n{job.stderr}")
+    return [json.loads(line) for line in job.stdout.splitlines() if line.startswith("{")]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch-per-rank", type=int, nargs="+", default=[64, 128])
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args.batch_per_rank, args.steps, args.repeats)
+        return
+    from mpi4py import MPI
+
+    print(f"{MPI.Get_library_version().splitlines()[0]}; 1 thread per rank; {os.cpu_count()} cores")
+    rows = {(r["model"], r["batch"], r["ranks"]): r for n in (1, 2) for r in launch(n, args)}
+    print(
+        f"\n{'model':<22}{'batch/rank':>11}{'1 rank':>12}{'2 ranks':>12}"
+        f"{'samples/s 1':>13}{'samples/s 2':>13}{'speed-up':>10}{'eff.':>7}{'comm':>7}"
+    )
+    for name in MODELS:
+        for batch in args.batch_per_rank:
+            one, two = rows[(name, batch, 1)], rows[(name, batch, 2)]
+            rate_one, rate_two = batch / one["step"], 2 * batch / two["step"]
+            speedup = rate_two / rate_one
+            print(
+                f"{name:<22}{batch:>11}{one['step'] * 1e3:>9.2f} ms{two['step'] * 1e3:>9.2f} ms"
+                f"{rate_one:>13,.0f}{rate_two:>13,.0f}{speedup:>9.2f}x{speedup / 2:>7.0%}"
+                f"{two['comm_share']:>7.0%}"
+            )
+
+
+if __name__ == "__main__":
+    main()
