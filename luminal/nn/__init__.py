@@ -41,12 +41,10 @@ __all__ += [
 
 from luminal.nn.attention import (  # noqa: E402
     KVCache,
-    LlamaDecoderLayer,
-    LlamaMLP,
     MultiHeadAttention,
     MultiheadAttention,
     RotaryEmbedding,
-    TransformerEncoderLayer,
+    SelfAttention,
     apply_rotary,
     causal_mask,
     rotate_half,
@@ -66,21 +64,29 @@ from luminal.nn.layers import (  # noqa: E402
     Tanh,
     manual_seed,
 )
+from luminal.nn.transformer import (  # noqa: E402
+    DecoderLayer,
+    GatedMLP,
+    LlamaDecoderLayer,
+    TransformerEncoderLayer,
+)
 
 __all__ += [
     "GELU",
+    "DecoderLayer",
     "Dropout",
     "Embedding",
+    "GatedMLP",
     "KVCache",
     "LayerNorm",
     "Linear",
     "LlamaDecoderLayer",
-    "LlamaMLP",
     "MultiHeadAttention",
     "MultiheadAttention",
     "RMSNorm",
     "ReLU",
     "RotaryEmbedding",
+    "SelfAttention",
     "SiLU",
     "Sigmoid",
     "Softmax",
@@ -92,3 +98,40 @@ __all__ += [
     "rotate_half",
     "scaled_dot_product_attention",
 ]
+
+from luminal.nn.conv import (  # noqa: E402
+    ConvTranspose1d,
+    ConvTranspose2d,
+    ConvTranspose3d,
+    conv_transpose,
+)
+from luminal.nn.layers import Flatten, Identity, Unflatten, dropout  # noqa: E402
+from luminal.nn.normalization import (  # noqa: E402
+    BatchNorm1d,
+    BatchNorm2d,
+    BatchNorm3d,
+    GroupNorm,
+)
+from luminal.nn.random import RandomState, random_state  # noqa: E402
+from luminal.nn.upsample import Upsample, interpolate  # noqa: E402
+
+__all__ += [
+    "BatchNorm1d",
+    "BatchNorm2d",
+    "BatchNorm3d",
+    "ConvTranspose1d",
+    "ConvTranspose2d",
+    "ConvTranspose3d",
+    "Flatten",
+    "GroupNorm",
+    "Identity",
+    "RandomState",
+    "Unflatten",
+    "Upsample",
+    "conv_transpose",
+    "dropout",
+    "interpolate",
+    "random_state",
+]
+
+from luminal.nn import functional  # noqa: E402

@@ -1,13 +1,16 @@
-"""Attention: rotary embeddings, scaled dot-product attention, attention modules with a
-KV cache, and the two transformer blocks models reuse.
+"""Attention: rotary embeddings, scaled dot-product attention, and attention modules with
+a KV cache.
 
-Two attention modules, one per weight layout users bring:
+One attention module per weight layout users bring:
 
-- `MultiHeadAttention` names its projections `q_proj k_proj v_proj o_proj` (Hugging
-  Face Llama), supports grouped-query attention, rotary embeddings, causal masking and
-  a KV cache. It is what `LlamaDecoderLayer` (and later models) use.
+- `SelfAttention` names its projections `q_proj k_proj v_proj o_proj` (Hugging Face
+  Llama), supports grouped-query attention, rotary embeddings (also partial), causal and
+  sliding-window masking and a KV cache. Decoders with fused weights (Phi-3's `qkv_proj`,
+  GPT-2's `c_attn`) subclass it and override only the projections.
 - `MultiheadAttention` is `torch.nn.MultiheadAttention` (`in_proj_weight`, `out_proj`,
   its mask conventions), so `TransformerEncoderLayer` loads a PyTorch state dict.
+
+The transformer blocks built from these modules live in `luminal.nn.transformer`.
 
 KV cache: `forward(x, cache)` returns `(out, new_cache)`; a cache is a `KVCache` of
 graph tensors `(batch, kv_heads, past, head_dim)`, keys after rotation. For decoding,
@@ -20,8 +23,8 @@ positions start at `past`.
 from __future__ import annotations
 
 import math
+import warnings
 import weakref
-from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -31,11 +34,7 @@ from luminal.errors import LuminalError, ShapeError
 from luminal.graph import Graph
 from luminal.hl.combine import concat
 from luminal.nn.layers import (
-    Dropout,
-    LayerNorm,
     Linear,
-    RMSNorm,
-    activation,
     check_features,
     uniform_init,
 )
@@ -54,44 +53,84 @@ class RotaryEmbedding:
     head_dim / 2 frequencies base^(-2i/head_dim) repeated twice). Computed in the
     graph from the positions, so the offset (a KV cache's past length) may be symbolic.
     `inv_freq` overrides the frequencies (scaled RoPE variants); it becomes a graph
-    input holding that data."""
+    input holding that data. `scaling` multiplies cos and sin (LongRoPE's attention
+    factor). With `long_inv_freq` (LongRoPE), those frequencies replace `inv_freq` once
+    the sequence (offset + seq) is longer than `long_after` positions, as transformers'
+    Phi-3 switches them. `head_dim` is the rotated width: a partial rotary embedding
+    rotates only the first `head_dim` features of each head (see `apply_rotary`)."""
 
     def __init__(
-        self, head_dim: int, base: float = 10000.0, inv_freq: np.ndarray | None = None
+        self,
+        head_dim: int,
+        base: float = 10000.0,
+        inv_freq: np.ndarray | None = None,
+        scaling: float = 1.0,
+        long_inv_freq: np.ndarray | None = None,
+        long_after: int | None = None,
     ) -> None:
         if head_dim % 2:
             raise ShapeError(f"RotaryEmbedding: head_dim must be even, got {head_dim}")
-        self.head_dim, self.base = int(head_dim), float(base)
-        self.inv_freq = None if inv_freq is None else np.asarray(inv_freq, np.float32)
-        self._inv_freq_inputs: weakref.WeakKeyDictionary[Graph, GraphTensor] = (
+        self.head_dim, self.base, self.scaling = int(head_dim), float(base), float(scaling)
+        self.inv_freq = _frequencies("inv_freq", inv_freq, head_dim)
+        self.long_inv_freq = _frequencies("long_inv_freq", long_inv_freq, head_dim)
+        if (self.long_inv_freq is None) != (long_after is None) or (
+            self.long_inv_freq is not None and self.inv_freq is None
+        ):
+            raise ShapeError(
+                "RotaryEmbedding: long_inv_freq needs inv_freq and long_after (and "
+                "long_after needs long_inv_freq)"
+            )
+        self.long_after = long_after
+        self._inputs: weakref.WeakKeyDictionary[Graph, dict[str, GraphTensor]] = (
             weakref.WeakKeyDictionary()
         )
-        if self.inv_freq is not None and self.inv_freq.shape != (head_dim // 2,):
-            raise ShapeError(
-                f"RotaryEmbedding: inv_freq has shape {self.inv_freq.shape}, "
-                f"expected ({head_dim // 2},)"
-            )
 
     def __call__(
         self, graph: Graph, seq: ExprLike, offset: ExprLike = 0
     ) -> tuple[GraphTensor, GraphTensor]:
         """cos and sin, each (seq, head_dim) float32, for positions offset .. offset+seq-1."""
-        half = self.head_dim // 2
         positions = graph.iota(var("z") + sym(offset), (seq,)).cast(float32).unsqueeze(1)
+        angles = positions * self._inv_freq(graph, seq, offset)  # (seq, half)
+        angles = concat([angles, angles], -1)
+        cos, sin = angles.cos(), angles.sin()
+        if self.scaling != 1.0:
+            cos, sin = cos * self.scaling, sin * self.scaling
+        return cos, sin
+
+    def _inv_freq(self, graph: Graph, seq: ExprLike, offset: ExprLike) -> GraphTensor:
         if self.inv_freq is None:
             exponent = -2.0 * math.log2(self.base) / self.head_dim
-            inv_freq = (graph.arange(half).cast(float32) * exponent).exp2()
-        else:
-            inv_freq = self._inv_freq_inputs.get(graph)
-            if inv_freq is None or inv_freq._node_id not in graph.nodes:  # one per graph
-                inv_freq = graph.tensor((half,), name="rotary.inv_freq").set(self.inv_freq)
-                self._inv_freq_inputs[graph] = inv_freq
-        angles = positions * inv_freq  # (seq, half)
-        angles = concat([angles, angles], -1)
-        return angles.cos(), angles.sin()
+            return (graph.arange(self.head_dim // 2).cast(float32) * exponent).exp2()
+        short = self._input(graph, "inv_freq", self.inv_freq)
+        if self.long_inv_freq is None:
+            return short
+        long = self._input(graph, "long_inv_freq", self.long_inv_freq)
+        # 1 once the sequence outgrows long_after positions, else 0 (symbolic in offset)
+        longer = (sym(offset) + sym(seq)).ge(int(self.long_after) + 1)  # type: ignore[arg-type]
+        use_long = graph.iota(longer, (1,)).cast(float32)
+        return short + use_long * (long - short)
+
+    def _input(self, graph: Graph, name: str, data: np.ndarray) -> GraphTensor:
+        """One graph input per table and graph (a rolled-back graph gets a new one)."""
+        inputs = self._inputs.setdefault(graph, {})
+        tensor = inputs.get(name)
+        if tensor is None or tensor._node_id not in graph.nodes:
+            tensor = inputs[name] = graph.tensor(data.shape, name=f"rotary.{name}").set(data)
+        return tensor
 
     def __repr__(self) -> str:
         return f"RotaryEmbedding(head_dim={self.head_dim}, base={self.base})"
+
+
+def _frequencies(name: str, data: np.ndarray | None, head_dim: int) -> np.ndarray | None:
+    if data is None:
+        return None
+    data = np.asarray(data, np.float32)
+    if data.shape != (head_dim // 2,):
+        raise ShapeError(
+            f"RotaryEmbedding: {name} has shape {data.shape}, expected ({head_dim // 2},)"
+        )
+    return data
 
 
 def rotate_half(x: GraphTensor) -> GraphTensor:
@@ -102,22 +141,40 @@ def rotate_half(x: GraphTensor) -> GraphTensor:
 
 def apply_rotary(x: GraphTensor, cos: GraphTensor, sin: GraphTensor) -> GraphTensor:
     """x * cos + rotate_half(x) * sin (transformers' Llama convention); cos/sin
-    broadcast against x, e.g. (seq, head_dim) against (batch, heads, seq, head_dim)."""
+    broadcast against x, e.g. (seq, head_dim) against (batch, heads, seq, head_dim).
+    Narrower tables (a partial rotary embedding) rotate the first cos.shape[-1]
+    features and pass the rest through, as transformers' Phi-3 does."""
+    width = cos.shape[-1]
+    if width != x.shape[-1]:
+        rotated = apply_rotary(x[..., :width], cos, sin)
+        return concat([rotated, x[..., width:]], -1)
     return x * cos + rotate_half(x) * sin
 
 
 # ---------------------------------------------------------------- attention core
 def causal_mask(
-    graph: Graph, queries: ExprLike, keys: ExprLike, offset: ExprLike | None = None
+    graph: Graph,
+    queries: ExprLike,
+    keys: ExprLike,
+    offset: ExprLike | None = None,
+    window: int | None = None,
 ) -> GraphTensor:
     """(queries, keys) float32 additive mask: 0 where key <= offset + query, MASK_VALUE
     elsewhere. `offset` defaults to keys - queries: the queries are the last positions
-    (a KV cache's convention); torch's is_causal is offset 0."""
+    (a KV cache's convention); torch's is_causal is offset 0. With a sliding `window`,
+    a query also sees only the last `window` positions, itself included (transformers'
+    `kv_idx > q_idx - sliding_window`, as Mistral attends)."""
     keys = sym(keys)
     offset = keys - sym(queries) if offset is None else sym(offset)
     z = var("z")
     row, col = z // keys, z % keys
-    return graph.iota((row + offset).lt(col), (queries, keys)).cast(float32) * MASK_VALUE
+    position = row + offset
+    masked = position.lt(col)
+    if window is not None:
+        if window < 1:
+            raise ShapeError(f"causal_mask: window must be a positive int, got {window}")
+        masked = masked.or_(col.lt(position - window + 1))
+    return graph.iota(masked, (queries, keys)).cast(float32) * MASK_VALUE
 
 
 def additive_mask(mask: GraphTensor, attend_when_true: bool = True) -> GraphTensor:
@@ -225,11 +282,14 @@ class KVCache(NamedTuple):
 
 
 # ---------------------------------------------------------------- Hugging Face-style attention
-class MultiHeadAttention(Module):
+class SelfAttention(Module):
     """Self-attention with q_proj/k_proj/v_proj/o_proj (Hugging Face Llama names):
-    grouped-query attention when num_kv_heads < num_heads, optional rotary embeddings
-    and causal mask, and a KV cache (see the module docstring). `bias` applies to all
-    four projections unless `out_bias` says otherwise (Qwen2: q/k/v only)."""
+    grouped-query attention when num_kv_heads < num_heads, optional rotary embeddings,
+    causal mask (with a `sliding_window`: each query sees its last `sliding_window`
+    positions) and a KV cache (see the module docstring). `bias` applies to all four
+    projections unless `out_bias` says otherwise (Qwen2: q/k/v only). `scale` defaults
+    to 1/sqrt(head_dim). Layouts with fused weights override `make_projections`,
+    `project` and `project_out`; everything else is shared."""
 
     def __init__(
         self,
@@ -242,25 +302,50 @@ class MultiHeadAttention(Module):
         rotary: RotaryEmbedding | None = None,
         head_dim: int | None = None,
         out_bias: bool | None = None,
+        sliding_window: int | None = None,
+        scale: float | None = None,
     ) -> None:
         super().__init__(graph)
         num_kv_heads = num_kv_heads or num_heads
         head_dim = head_dim or embed_dim // num_heads
+        name = type(self).__name__
         if num_heads % num_kv_heads:
             raise ShapeError(
-                f"MultiHeadAttention: {num_heads} heads do not split into {num_kv_heads} kv groups"
+                f"{name}: {num_heads} heads do not split into {num_kv_heads} kv groups"
             )
-        if rotary is not None and rotary.head_dim != head_dim:
-            raise ShapeError(
-                f"MultiHeadAttention: rotary head_dim {rotary.head_dim} != head_dim {head_dim}"
-            )
+        if rotary is not None and rotary.head_dim > head_dim:
+            raise ShapeError(f"{name}: rotary head_dim {rotary.head_dim} > head_dim {head_dim}")
+        if sliding_window is not None and sliding_window < 1:
+            raise ShapeError(f"{name}: sliding_window must be positive, got {sliding_window}")
         self.embed_dim, self.num_heads, self.num_kv_heads = embed_dim, num_heads, num_kv_heads
         self.head_dim, self.causal, self.rotary = head_dim, causal, rotary
-        self.q_proj = Linear(graph, embed_dim, num_heads * head_dim, bias)
-        self.k_proj = Linear(graph, embed_dim, num_kv_heads * head_dim, bias)
-        self.v_proj = Linear(graph, embed_dim, num_kv_heads * head_dim, bias)
-        out_bias = bias if out_bias is None else out_bias
-        self.o_proj = Linear(graph, num_heads * head_dim, embed_dim, out_bias)
+        self.sliding_window = sliding_window
+        self.scale = 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
+        self.make_projections(bias, bias if out_bias is None else out_bias)
+
+    def make_projections(self, bias: bool, out_bias: bool) -> None:
+        """The projection parameters: Llama's four separate Linear layers."""
+        graph, q_width, kv_width = self.graph, self.q_width, self.kv_width
+        self.q_proj = Linear(graph, self.embed_dim, q_width, bias)
+        self.k_proj = Linear(graph, self.embed_dim, kv_width, bias)
+        self.v_proj = Linear(graph, self.embed_dim, kv_width, bias)
+        self.o_proj = Linear(graph, q_width, self.embed_dim, out_bias)
+
+    @property
+    def q_width(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+    def project(self, x: GraphTensor) -> tuple[GraphTensor, GraphTensor, GraphTensor]:
+        """x (batch, seq, embed) -> queries, keys, values (batch, seq, heads * head_dim)."""
+        return self.q_proj(x), self.k_proj(x), self.v_proj(x)
+
+    def project_out(self, out: GraphTensor) -> GraphTensor:
+        """The heads' outputs (batch, seq, heads * head_dim) -> (batch, seq, embed)."""
+        return self.o_proj(out)
 
     def cache_inputs(
         self, batch: ExprLike = "batch", past: ExprLike = "past", name: str = "cache"
@@ -283,8 +368,8 @@ class MultiHeadAttention(Module):
         """x (batch, seq, embed_dim) or (seq, embed_dim) -> (out of x's shape, new cache).
         `attn_mask`: additive float or bool (True = attend), broadcastable to
         (batch, heads, seq, past + seq). `position_embeddings`: precomputed (cos, sin),
-        (seq, head_dim) or (batch, seq, head_dim), instead of `rotary`."""
-        name = f"MultiHeadAttention(embed_dim={self.embed_dim}, num_heads={self.num_heads})"
+        (seq, rotary_dim) or (batch, seq, rotary_dim), instead of `rotary`."""
+        name = f"{type(self).__name__}(embed_dim={self.embed_dim}, num_heads={self.num_heads})"
         check_features(name, x, (self.embed_dim,))
         if x.ndim == 2:
             out, new_cache = self.forward(x.unsqueeze(0), cache, attn_mask, position_embeddings)
@@ -298,7 +383,7 @@ class MultiHeadAttention(Module):
         def heads(t: GraphTensor) -> GraphTensor:  # (b, s, h*d) -> (b, h, s, d)
             return t.split_dims(-1, self.head_dim).permute(0, 2, 1, 3)
 
-        q, k, v = heads(self.q_proj(x)), heads(self.k_proj(x)), heads(self.v_proj(x))
+        q, k, v = (heads(t) for t in self.project(x))
         past: ExprLike = 0
         if cache is not None:
             cache = KVCache(*cache)
@@ -315,11 +400,11 @@ class MultiHeadAttention(Module):
             k, v = concat([cache.key, k], 2), concat([cache.value, v], 2)
         mask = None if attn_mask is None else additive_mask(attn_mask)
         if self.causal:
-            causal = causal_mask(self.graph, seq, k.shape[2], offset=past)
+            causal = causal_mask(self.graph, seq, k.shape[2], past, self.sliding_window)
             mask = causal if mask is None else mask + causal
-        out, _ = attend(q, k, v, mask, 1.0 / math.sqrt(self.head_dim))
+        out, _ = attend(q, k, v, mask, self.scale)
         out = out.permute(0, 2, 1, 3).merge_dims(2, 3)  # (b, s, h*d)
-        return self.o_proj(out), KVCache(k, v)
+        return self.project_out(out), KVCache(k, v)
 
     def _check_cache(self, name: str, x: GraphTensor, cache: KVCache) -> None:
         for part in cache:
@@ -336,10 +421,26 @@ class MultiHeadAttention(Module):
                 )
 
     def extra_repr(self) -> str:
+        window = "" if self.sliding_window is None else f", sliding_window={self.sliding_window}"
         return (
             f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, "
-            f"num_kv_heads={self.num_kv_heads}, head_dim={self.head_dim}, causal={self.causal}"
+            f"num_kv_heads={self.num_kv_heads}, head_dim={self.head_dim}, "
+            f"causal={self.causal}{window}"
         )
+
+
+class MultiHeadAttention(SelfAttention):
+    """Deprecated name of `SelfAttention` (kept because earlier releases documented it;
+    `MultiheadAttention` is torch.nn.MultiheadAttention, a different weight layout)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        warnings.warn(
+            "lm.nn.MultiHeadAttention is deprecated; use lm.nn.SelfAttention (same "
+            "arguments and parameter names)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        super().__init__(*args, **kwargs)
 
 
 def _as_int(dim: Any) -> int | None:
@@ -459,162 +560,12 @@ class MultiheadAttention(Module):
         return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}"
 
 
-# ---------------------------------------------------------------- transformer blocks
-class TransformerEncoderLayer(Module):
-    """torch.nn.TransformerEncoderLayer (inference, dropout ignored): self-attention and
-    a feed-forward block, post-norm by default (norm_first=True for pre-norm)."""
-
-    def __init__(
-        self,
-        graph: Graph,
-        d_model: int,
-        nhead: int,
-        dim_feedforward: int = 2048,
-        dropout: float = 0.1,
-        activation: str | Callable[[GraphTensor], GraphTensor] = "relu",
-        layer_norm_eps: float = 1e-5,
-        batch_first: bool = False,
-        norm_first: bool = False,
-        bias: bool = True,
-    ) -> None:
-        super().__init__(graph)
-        self.self_attn = MultiheadAttention(
-            graph, d_model, nhead, dropout, bias, batch_first=batch_first
-        )
-        self.linear1 = Linear(graph, d_model, dim_feedforward, bias)
-        self.dropout = Dropout(dropout)
-        self.linear2 = Linear(graph, dim_feedforward, d_model, bias)
-        self.norm_first = norm_first
-        self.norm1 = LayerNorm(graph, d_model, layer_norm_eps, bias=bias)
-        self.norm2 = LayerNorm(graph, d_model, layer_norm_eps, bias=bias)
-        self.dropout1, self.dropout2 = Dropout(dropout), Dropout(dropout)
-        self.activation = _activation(activation)
-
-    def forward(
-        self,
-        src: GraphTensor,
-        src_mask: GraphTensor | None = None,
-        src_key_padding_mask: GraphTensor | None = None,
-        is_causal: bool = False,
-    ) -> GraphTensor:
-        """Masks follow torch.nn.MultiheadAttention (bool True = do not attend)."""
-
-        def attention(x: GraphTensor) -> GraphTensor:
-            out, _ = self.self_attn(
-                x, x, x, src_key_padding_mask, False, src_mask, is_causal=is_causal
-            )
-            return self.dropout1(out)
-
-        def feed_forward(x: GraphTensor) -> GraphTensor:
-            hidden = self.dropout(self.activation(self.linear1(x)))
-            return self.dropout2(self.linear2(hidden))
-
-        x = src
-        if self.norm_first:
-            x = x + attention(self.norm1(x))
-            return x + feed_forward(self.norm2(x))
-        x = self.norm1(x + attention(x))
-        return self.norm2(x + feed_forward(x))
-
-
-def _activation(spec: str | Callable[[GraphTensor], GraphTensor]) -> Callable:
-    return activation(spec) if isinstance(spec, str) else spec
-
-
-class LlamaMLP(Module):
-    """SwiGLU feed-forward: down_proj(act(gate_proj(x)) * up_proj(x))."""
-
-    def __init__(
-        self,
-        graph: Graph,
-        hidden_size: int,
-        intermediate_size: int,
-        bias: bool = False,
-        hidden_act: str = "silu",
-    ) -> None:
-        super().__init__(graph)
-        self.gate_proj = Linear(graph, hidden_size, intermediate_size, bias)
-        self.up_proj = Linear(graph, hidden_size, intermediate_size, bias)
-        self.down_proj = Linear(graph, intermediate_size, hidden_size, bias)
-        self.act_fn = activation(hidden_act)
-
-    def forward(self, x: GraphTensor) -> GraphTensor:
-        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
-
-
-class LlamaDecoderLayer(Module):
-    """A pre-norm decoder block with Hugging Face LlamaDecoderLayer's parameter names:
-    x + self_attn(input_layernorm(x)), then h + mlp(post_attention_layernorm(h)).
-    Causal, grouped-query, rotary; `forward` returns (hidden, new KV cache)."""
-
-    def __init__(
-        self,
-        graph: Graph,
-        hidden_size: int,
-        num_heads: int,
-        num_kv_heads: int | None = None,
-        intermediate_size: int | None = None,
-        rms_norm_eps: float = 1e-6,
-        rope_theta: float = 10000.0,
-        head_dim: int | None = None,
-        attention_bias: bool = False,
-        mlp_bias: bool = False,
-        hidden_act: str = "silu",
-        rotary: RotaryEmbedding | None = None,
-    ) -> None:
-        super().__init__(graph)
-        head_dim = head_dim or hidden_size // num_heads
-        rotary = rotary or RotaryEmbedding(head_dim, rope_theta)
-        self.self_attn = MultiHeadAttention(
-            graph, hidden_size, num_heads, num_kv_heads, attention_bias, True, rotary, head_dim
-        )
-        self.mlp = LlamaMLP(
-            graph, hidden_size, intermediate_size or 4 * hidden_size, mlp_bias, hidden_act
-        )
-        self.input_layernorm = RMSNorm(graph, hidden_size, rms_norm_eps)
-        self.post_attention_layernorm = RMSNorm(graph, hidden_size, rms_norm_eps)
-
-    @classmethod
-    def from_config(cls, graph: Graph, config: Mapping[str, Any]) -> LlamaDecoderLayer:
-        """From a Hugging Face Llama `config.json` mapping (rope_theta at the top level
-        or in `rope_parameters`, as transformers 5 writes it)."""
-        rope = config.get("rope_parameters") or {}
-        return cls(
-            graph,
-            config["hidden_size"],
-            config["num_attention_heads"],
-            config.get("num_key_value_heads"),
-            config["intermediate_size"],
-            config.get("rms_norm_eps", 1e-6),
-            rope.get("rope_theta", config.get("rope_theta", 10000.0)),
-            config.get("head_dim"),
-            config.get("attention_bias", False),
-            config.get("mlp_bias", False),
-            config.get("hidden_act", "silu"),
-        )
-
-    def forward(
-        self,
-        hidden_states: GraphTensor,
-        cache: KVCache | tuple[GraphTensor, GraphTensor] | None = None,
-        attn_mask: GraphTensor | None = None,
-        position_embeddings: tuple[GraphTensor, GraphTensor] | None = None,
-    ) -> tuple[GraphTensor, KVCache]:
-        attended, new_cache = self.self_attn(
-            self.input_layernorm(hidden_states), cache, attn_mask, position_embeddings
-        )
-        hidden = hidden_states + attended
-        return hidden + self.mlp(self.post_attention_layernorm(hidden)), new_cache
-
-
 __all__ = [
     "KVCache",
-    "LlamaDecoderLayer",
-    "LlamaMLP",
     "MultiHeadAttention",
     "MultiheadAttention",
     "RotaryEmbedding",
-    "TransformerEncoderLayer",
+    "SelfAttention",
     "apply_rotary",
     "attend",
     "causal_mask",

@@ -135,7 +135,7 @@ def test_sdpa_needs_enable_gqa_for_fewer_kv_heads():
         lm.nn.scaled_dot_product_attention(q, k, k)
 
 
-# ---------------------------------------------------------------- MultiHeadAttention
+# ---------------------------------------------------------------- SelfAttention
 def _torch_attention(
     state: dict[str, torch.Tensor],
     x: torch.Tensor,
@@ -161,9 +161,9 @@ def _torch_attention(
 
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("heads, kv_heads", [(8, 8), (8, 4)])
-def test_multi_head_attention_matches_sdpa(causal, heads, kv_heads):
+def test_self_attention_matches_sdpa(causal, heads, kv_heads):
     cx = lm.Graph()
-    attn = lm.nn.MultiHeadAttention(cx, 32, heads, kv_heads, bias=True, causal=causal)
+    attn = lm.nn.SelfAttention(cx, 32, heads, kv_heads, bias=True, causal=causal)
     state = {name: _t(array) for name, array in attn.state_dict().items()}
     x = cx.tensor(("batch", "seq", 32))
     out, cache = attn(x)
@@ -179,10 +179,10 @@ def test_multi_head_attention_matches_sdpa(causal, heads, kv_heads):
         assert cache.key.numpy().shape == (shape[0], kv_heads, shape[1], 32 // heads)
 
 
-def test_multi_head_attention_with_rotary_and_unbatched_input():
+def test_self_attention_with_rotary_and_unbatched_input():
     cx = lm.Graph()
     rotary = lm.nn.RotaryEmbedding(8)
-    attn = lm.nn.MultiHeadAttention(cx, 32, 4, 2, bias=False, causal=True, rotary=rotary)
+    attn = lm.nn.SelfAttention(cx, 32, 4, 2, bias=False, causal=True, rotary=rotary)
     assert "q_proj.bias" not in attn.state_dict()
     state = {name: _t(array) for name, array in attn.state_dict().items()}
     data = uniform(np.random.default_rng(3), (6, 32))
@@ -195,18 +195,26 @@ def test_multi_head_attention_with_rotary_and_unbatched_input():
     assert_matches_torch(out.numpy(), expected, atol=ATOL, rtol=RTOL)
 
 
-def test_multi_head_attention_errors_name_layer_and_shapes():
+def test_self_attention_errors_name_layer_and_shapes():
     cx = lm.Graph()
-    attn = lm.nn.MultiHeadAttention(cx, 32, 8, 4)
-    with pytest.raises(lm.ShapeError, match=r"MultiHeadAttention\(embed_dim=32.*\(2, 5, 30\)"):
+    attn = lm.nn.SelfAttention(cx, 32, 8, 4)
+    with pytest.raises(lm.ShapeError, match=r"SelfAttention\(embed_dim=32.*\(2, 5, 30\)"):
         attn(cx.tensor((2, 5, 30)))
     bad = lm.nn.KVCache(cx.tensor((2, 8, "past", 4)), cx.tensor((2, 8, "past", 4)))
     with pytest.raises(lm.ShapeError, match=r"cache tensors must be \(batch, 4, past, 4\)"):
         attn(cx.tensor((2, 5, 32)), bad)
     with pytest.raises(lm.ShapeError):
-        lm.nn.MultiHeadAttention(cx, 32, 8, 3)
+        lm.nn.SelfAttention(cx, 32, 8, 3)
     with pytest.raises(lm.ShapeError, match="q_proj.weight"):
         attn.load_state_dict({**attn.state_dict(), "q_proj.weight": np.zeros((32, 31))})
+
+
+def test_multi_head_attention_is_the_deprecated_name_of_self_attention():
+    cx = lm.Graph()
+    with pytest.warns(DeprecationWarning, match="SelfAttention"):
+        attn = lm.nn.MultiHeadAttention(cx, 16, 4, 2)
+    assert isinstance(attn, lm.nn.SelfAttention)
+    assert set(attn.state_dict()) == set(lm.nn.SelfAttention(cx, 16, 4, 2).state_dict())
 
 
 def _decode_matches_full_run(module: lm.nn.Module, cache: lm.nn.KVCache, width: int) -> None:
@@ -240,7 +248,7 @@ def _decode_matches_full_run(module: lm.nn.Module, cache: lm.nn.KVCache, width: 
 
 def test_kv_cache_decoding_equals_full_run():
     cx = lm.Graph()
-    attn = lm.nn.MultiHeadAttention(
+    attn = lm.nn.SelfAttention(
         cx, 32, 8, 4, causal=True, rotary=lm.nn.RotaryEmbedding(4, base=100.0)
     )
     _decode_matches_full_run(attn, attn.cache_inputs(), 32)  # batch and past symbolic

@@ -489,7 +489,7 @@ def test_embedding_gradients():
 
 def test_multi_head_attention_gradients():
     cx = lm.Graph()
-    attn = lm.nn.MultiHeadAttention(cx, 16, 4, 2, bias=True, causal=True)
+    attn = lm.nn.SelfAttention(cx, 16, 4, 2, bias=True, causal=True)
     state = {name: _t(a, grad=True) for name, a in attn.state_dict().items()}
     data = uniform(np.random.default_rng(17), (2, 5, 16))
     x = cx.tensor(data.shape).set(data)
