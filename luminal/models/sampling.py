@@ -1,6 +1,6 @@
 """Choosing the next token from logits, and the generation loop.
 
-Sampling runs in numpy on the last position's logits that a `LlamaSession` retrieves:
+Sampling runs in numpy on the last position's logits that a `DecoderSession` retrieves:
 it is a few thousand numbers per step, and keeping it out of the graph lets one compiled
 decode graph serve greedy and sampled generation alike. Order of the filters is
 transformers': temperature, then top-k, then top-p (nucleus).
@@ -101,22 +101,29 @@ def generate(
     eos_token_id: int | Sequence[int] | None = None,
     ignore_eos: bool = False,
     compile: bool = True,
+    logits_processor: Callable[[np.ndarray, int], np.ndarray] | None = None,
 ) -> np.ndarray:
     """Continue `prompt_ids` ((seq,) or (batch, seq)) by up to `max_new_tokens` tokens with
     the KV cache: one prefill run, then one run per token.
 
-    `model`: a `Llama` (a session is made and kept on it, compiled with lm.CPUCompiler()
-    unless `compile=False`) or a `LlamaSession`. Sampling: see `sample_logits`; `seed`
+    `model`: a causal LM (`Llama`, `Mistral`, `Qwen2`, `Phi3`, `Gemma`, `GPT2`; a session
+    is made and kept on it, compiled with lm.CPUCompiler() unless `compile=False`) or a
+    `DecoderSession` (`LlamaSession`). Sampling: see `sample_logits`; `seed`
     seeds a numpy Generator, so sampled generation is reproducible. `callback` streams each
     new token: an int for an unbatched prompt, a (batch,) array otherwise. Generation stops
     when every row has produced an end token (`eos_token_id`, default the config's; none
     with `ignore_eos`); rows that ended earlier are filled with their end token. Returns
-    the new tokens, (n,) or (batch, n)."""
-    from luminal.models.llama import Llama, LlamaSession
+    the new tokens, (n,) or (batch, n). Any other session with `prefill(ids)` and
+    `step(tokens)` works too (a `WhisperSession` after `encode(log_mel)`).
+    `logits_processor(logits, index)` edits the logits of new token `index` (0 for the
+    first) before sampling (Whisper suppresses tokens with it)."""
+    from luminal.models.decoder import CausalLM, DecoderSession
 
-    if isinstance(model, Llama):
+    if isinstance(model, CausalLM):
         session = _cached_session(model, compile)
-    elif isinstance(model, LlamaSession):
+    elif isinstance(model, DecoderSession) or (
+        hasattr(model, "prefill") and hasattr(model, "step")
+    ):
         session = model
     else:
         raise LuminalError(f"generate: expected a Llama or LlamaSession, got {type(model)}")
@@ -139,6 +146,8 @@ def generate(
         return out[0] if unbatched else out
     logits = session.prefill(prompt.astype(np.int32))
     while True:
+        if logits_processor is not None:
+            logits = logits_processor(logits, out.shape[1])
         tokens = sample_logits(logits, temperature, top_k, top_p, rng)
         tokens = np.where(ended >= 0, ended, tokens).astype(np.int32)
         out = np.concatenate([out, tokens[:, None]], axis=1)

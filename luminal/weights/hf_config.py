@@ -132,6 +132,7 @@ _KINDS: dict[str, type | tuple[type, ...]] = {
     "int | None": (int, type(None)),
     "dict[str, Any] | None": (dict, type(None)),
     "int | list[int] | None": (int, list, type(None)),
+    "list[str] | None": (list, type(None)),
 }
 
 
