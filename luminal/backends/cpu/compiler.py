@@ -9,7 +9,6 @@ runtime before the compiled graph is trusted.
 
 from __future__ import annotations
 
-import copy
 import math
 import os
 import pickle
@@ -30,6 +29,7 @@ from luminal.backends.cpu.tuning import (
 from luminal.backends.cpu.verify import (
     check_inputs,
     output_views,
+    reference_copy,
     reference_outputs,
     verify_against_reference,
 )
@@ -43,7 +43,7 @@ from luminal.search.fingerprint import graph_fingerprint
 from luminal.search.programs import ProgramAlternatives, split_config
 from luminal.search.strategy import BeamSearch
 
-__all__ = ["CPUCompiler", "assemble", "lower", "lower_kernels"]
+__all__ = ["CPUCompiler", "assemble", "lower", "lower_kernels", "static_program"]
 
 MODES = ("fast", "optimal")
 RULESETS = ("algebra", "structure", "cpu")
@@ -95,15 +95,13 @@ class CPUCompiler:
         budget = self.mode.seconds if isinstance(self.mode, TimeBudget) else math.inf
         deadline = Deadline(budget)
         fingerprint = graph_fingerprint(graph) if self.searching else ""
-        reference = copy.deepcopy(graph) if (self.verify or self.searching) else None
+        reference = reference_copy(graph) if (self.verify or self.searching) else None
         graph.compiled = None
         graph.compile(GenericCompiler())
         if self.searching:
             compiled = self._search(graph, reference, fingerprint, deadline)
         else:
-            graph.compile(EGraphCompiler(rulesets=RULESETS))
-            graph.compile(GenericCompiler())
-            compiled = lower(graph)
+            compiled = static_program(graph)
         compiled.build()
         if reference is not None:  # installed only once checked: Graph.compile restores
             verify_against_reference(graph, compiled, reference, self.rtol, self.atol)
@@ -125,9 +123,7 @@ class CPUCompiler:
                     f"CPUCompiler: measured search skipped, the static program is used: {reason}",
                     stacklevel=4,
                 )
-                graph.compile(EGraphCompiler(rulesets=RULESETS))
-                graph.compile(GenericCompiler())
-                return lower(graph)
+                return static_program(graph)
             threads = toolchain.get_num_threads().openmp
             key = search_key(fingerprint, dims, f"cpu/threads={threads}", SPACE_VERSION)
             store = SearchCache(self._cache_directory())
@@ -172,6 +168,14 @@ class CPUCompiler:
         if isinstance(self.cache, str | os.PathLike):
             return Path(self.cache)
         return toolchain.cache_root() / "search"
+
+
+def static_program(graph: Graph) -> CompiledGraph:
+    """What mode="fast" runs, not yet built: the e-graph's cheapest program (contractions
+    lowered for BLAS), cleaned up, with the static kernel of every materialised node."""
+    graph.compile(EGraphCompiler(rulesets=RULESETS))
+    graph.compile(GenericCompiler())
+    return lower(graph)
 
 
 def _unsendable(graph: Graph) -> str | None:

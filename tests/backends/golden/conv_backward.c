@@ -1,0 +1,190 @@
+/* golden source of tests/backends/golden_cases.py::conv_backward; accept changes with
+   LUMINAL_ACCEPT_GOLDEN=1 .venv/bin/pytest tests/backends/test_golden_kernels.py */
+
+/* ---- segment 0: nodes [2] */
+
+/* contiguous */
+void lm_contiguous_<hash>(float* restrict b0, const float* restrict b1, const long long* restrict d) {
+    #pragma omp parallel for if((1944) > 16384)
+    for (long long i0_ = 0; i0_ < 2; i0_++) {
+        for (long long i1_ = 0; i1_ < 6; i1_++) {
+            for (long long i2_ = 0; i2_ < 6; i2_++) {
+                for (long long i3_ = 0; i3_ < 3; i3_++) {
+                    for (long long i4_ = 0; i4_ < 3; i4_++) {
+                        for (long long i5_ = 0; i5_ < 3; i5_++) {
+                            b0[(972*i0_ + 162*i1_ + 27*i2_ + 9*i3_ + 3*i4_ + i5_)] = b1[(192*i0_ + 8*i1_ + i2_ + 64*i3_ + 8*i4_ + i5_)];
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* ---- segment 0: nodes [24] */
+#include <stdlib.h>
+#include <omp.h>
+void LM_SGEMM(int, int, int, int, int, int, float, const float*, int, const float*, int, float, float*, int);
+/* sgemm */
+void lm_sgemm_<hash>(float* restrict b0, const float* restrict b1, const float* restrict b2, const long long* restrict d) {
+    {
+    const long long m_ = 72, n_ = 4, k_ = 27;
+    const int nt_ = omp_get_max_threads();
+    const int split_ = nt_ > 1 && m_ * n_ <= 4096 && k_ >= 4096;
+    /* the partial sums' memory; without it (calloc failed) one plain call does the work */
+    float* part_ = split_ ? (float*)calloc((size_t)(nt_ * m_ * n_), sizeof(float)) : 0;
+    if (part_) {
+        #pragma omp parallel num_threads(nt_)
+        {
+            const int t_ = omp_get_thread_num(), count_ = omp_get_num_threads();
+            const long long k0_ = k_ * t_ / count_, k1_ = k_ * (t_ + 1) / count_;
+            LM_SGEMM(101, 111, 112, (int)m_, (int)n_, (int)(k1_ - k0_), 1.0f, b1 + 0 + k0_, (int)(27), b2 + 0 + k0_, (int)(27), 0.0f, part_ + (long long)t_ * m_ * n_, (int)n_);
+        }
+        for (long long r_ = 0; r_ < m_; r_++) {
+            for (long long c_ = 0; c_ < n_; c_++) {
+                float total_ = 0.0f;
+                for (int t_ = 0; t_ < nt_; t_++) total_ += part_[(t_ * m_ + r_) * n_ + c_];
+                b0[0 + r_ * (long long)(4) + c_] = total_;
+            }
+        }
+        free(part_);
+    } else {
+    LM_SGEMM(101, 111, 112, (int)(72), (int)(4), (int)(27), 1.0f, b1 + 0, (int)((27) > 1 ? (27) : 1), b2 + 0, (int)((27) > 1 ? (27) : 1), 0.0f, b0 + 0, (int)((4) > 1 ? (4) : 1));
+    }
+    }
+}
+
+/* ---- segment 0: nodes [25] */
+
+/* add */
+void lm_add_<hash>(float* restrict b0, const float* restrict b1, const long long* restrict d) {
+    #pragma omp parallel for if((288) > 16384)
+    for (long long i0_ = 0; i0_ < 2; i0_++) {
+        for (long long i1_ = 0; i1_ < 36; i1_++) {
+            for (long long i2_ = 0; i2_ < 4; i2_++) {
+                b0[(144*i0_ + 4*i1_ + i2_)] = (b1[(144*i0_ + 4*i1_ + i2_)] + b1[(144*i0_ + 4*i1_ + i2_)]);
+            }
+        }
+    }
+}
+
+/* ---- segment 0: nodes [26] */
+#include <stdlib.h>
+#include <omp.h>
+void LM_SGEMM(int, int, int, int, int, int, float, const float*, int, const float*, int, float, float*, int);
+/* sgemm */
+void lm_sgemm_<hash>(float* restrict b0, const float* restrict b1, const float* restrict b2, const long long* restrict d) {
+    {
+    const long long m_ = 4, n_ = 27, k_ = 72;
+    const int nt_ = omp_get_max_threads();
+    const int split_ = nt_ > 1 && m_ * n_ <= 4096 && k_ >= 4096;
+    /* the partial sums' memory; without it (calloc failed) one plain call does the work */
+    float* part_ = split_ ? (float*)calloc((size_t)(nt_ * m_ * n_), sizeof(float)) : 0;
+    if (part_) {
+        #pragma omp parallel num_threads(nt_)
+        {
+            const int t_ = omp_get_thread_num(), count_ = omp_get_num_threads();
+            const long long k0_ = k_ * t_ / count_, k1_ = k_ * (t_ + 1) / count_;
+            LM_SGEMM(101, 112, 111, (int)m_, (int)n_, (int)(k1_ - k0_), 1.0f, b1 + 0 + k0_ * (long long)(4), (int)(4), b2 + 0 + k0_ * (long long)(27), (int)(27), 0.0f, part_ + (long long)t_ * m_ * n_, (int)n_);
+        }
+        for (long long r_ = 0; r_ < m_; r_++) {
+            for (long long c_ = 0; c_ < n_; c_++) {
+                float total_ = 0.0f;
+                for (int t_ = 0; t_ < nt_; t_++) total_ += part_[(t_ * m_ + r_) * n_ + c_];
+                b0[0 + r_ * (long long)(27) + c_] = total_;
+            }
+        }
+        free(part_);
+    } else {
+    LM_SGEMM(101, 112, 111, (int)(4), (int)(27), (int)(72), 1.0f, b1 + 0, (int)((4) > 1 ? (4) : 1), b2 + 0, (int)((27) > 1 ? (27) : 1), 0.0f, b0 + 0, (int)((27) > 1 ? (27) : 1));
+    }
+    }
+}
+
+/* ---- segment 0: nodes [27] */
+#include <stdlib.h>
+#include <omp.h>
+void LM_SGEMM(int, int, int, int, int, int, float, const float*, int, const float*, int, float, float*, int);
+/* sgemm */
+void lm_sgemm_<hash>(float* restrict b0, const float* restrict b1, const float* restrict b2, const long long* restrict d) {
+    {
+    const long long m_ = 72, n_ = 27, k_ = 4;
+    const int nt_ = omp_get_max_threads();
+    const int split_ = nt_ > 1 && m_ * n_ <= 4096 && k_ >= 4096;
+    /* the partial sums' memory; without it (calloc failed) one plain call does the work */
+    float* part_ = split_ ? (float*)calloc((size_t)(nt_ * m_ * n_), sizeof(float)) : 0;
+    if (part_) {
+        #pragma omp parallel num_threads(nt_)
+        {
+            const int t_ = omp_get_thread_num(), count_ = omp_get_num_threads();
+            const long long k0_ = k_ * t_ / count_, k1_ = k_ * (t_ + 1) / count_;
+            LM_SGEMM(101, 111, 111, (int)m_, (int)n_, (int)(k1_ - k0_), 1.0f, b1 + 0 + k0_, (int)(4), b2 + 0 + k0_ * (long long)(27), (int)(27), 0.0f, part_ + (long long)t_ * m_ * n_, (int)n_);
+        }
+        for (long long r_ = 0; r_ < m_; r_++) {
+            for (long long c_ = 0; c_ < n_; c_++) {
+                float total_ = 0.0f;
+                for (int t_ = 0; t_ < nt_; t_++) total_ += part_[(t_ * m_ + r_) * n_ + c_];
+                b0[0 + r_ * (long long)(27) + c_] = total_;
+            }
+        }
+        free(part_);
+    } else {
+    LM_SGEMM(101, 111, 111, (int)(72), (int)(27), (int)(4), 1.0f, b1 + 0, (int)((4) > 1 ? (4) : 1), b2 + 0, (int)((27) > 1 ? (27) : 1), 0.0f, b0 + 0, (int)((27) > 1 ? (27) : 1));
+    }
+    }
+}
+
+/* ---- segment 0: nodes [28, 29] */
+
+/* add */
+void lm_add_<hash>(float* restrict b0, const float* restrict b1, const long long* restrict d) {
+    #pragma omp parallel for if((864) > 16384)
+    for (long long i0_ = 0; i0_ < 2; i0_++) {
+        for (long long i1_ = 0; i1_ < 3; i1_++) {
+            for (long long i2_ = 0; i2_ < 6; i2_++) {
+                for (long long i3_ = 0; i3_ < 3; i3_++) {
+                    for (long long i4_ = 0; i4_ < 8; i4_++) {
+                        b0[(432*i0_ + 144*i1_ + 24*i2_ + 8*i3_ + i4_)] = ((((i4_ < 6) ? b1[(972*i0_ + 9*i1_ + 27*i2_ + i3_ + 162*i4_)] : 0.0f) + (((i4_ < 7) && (i4_ >= 1)) ? b1[(972*i0_ + 9*i1_ + 27*i2_ + i3_ + 162*i4_ - 159)] : 0.0f)) + ((i4_ >= 2) ? b1[(972*i0_ + 9*i1_ + 27*i2_ + i3_ + 162*i4_ - 318)] : 0.0f));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* ---- segment 0: nodes [30, 31] */
+
+/* add */
+void lm_add_<hash>(float* restrict b0, const float* restrict b1, const long long* restrict d) {
+    #pragma omp parallel for if((384) > 16384)
+    for (long long i0_ = 0; i0_ < 2; i0_++) {
+        for (long long i1_ = 0; i1_ < 3; i1_++) {
+            for (long long i2_ = 0; i2_ < 8; i2_++) {
+                for (long long i3_ = 0; i3_ < 8; i3_++) {
+                    b0[(192*i0_ + 64*i1_ + 8*i2_ + i3_)] = ((((i3_ < 6) ? b1[(432*i0_ + 144*i1_ + i2_ + 24*i3_)] : 0.0f) + (((i3_ < 7) && (i3_ >= 1)) ? b1[(432*i0_ + 144*i1_ + i2_ + 24*i3_ - 16)] : 0.0f)) + ((i3_ >= 2) ? b1[(432*i0_ + 144*i1_ + i2_ + 24*i3_ - 32)] : 0.0f));
+                }
+            }
+        }
+    }
+}
+
+/* ---- runners */
+typedef void (*lm_kernel_fn)(void);
+void lm_contiguous_<hash>();
+void lm_sgemm_<hash>();
+void lm_add_<hash>();
+void lm_sgemm_<hash>();
+void lm_sgemm_<hash>();
+void lm_add_<hash>();
+void lm_add_<hash>();
+int lm_run_segment_0(void** b, const long long* d, long long* s) {
+    s[0] = 0;
+    lm_contiguous_<hash>(b[2], b[0], d);
+    lm_sgemm_<hash>(b[3], b[2], b[1], d);
+    lm_add_<hash>(b[4], b[3], d);
+    lm_sgemm_<hash>(b[5], b[4], b[2], d);
+    lm_sgemm_<hash>(b[6], b[4], b[1], d);
+    lm_add_<hash>(b[7], b[6], d);
+    lm_add_<hash>(b[8], b[7], d);
+    return 0;
+}

@@ -1,0 +1,57 @@
+/* golden source of tests/backends/golden_cases.py::integer_ops; accept changes with
+   LUMINAL_ACCEPT_GOLDEN=1 .venv/bin/pytest tests/backends/test_golden_kernels.py */
+
+/* ---- segment 0: nodes [5, 6, 8, 9, 10, 11, 12, 13, 17, 26, 29, 47, 48, 56, 65, 66, 67, 69, 70, 71, 72, 73, 74, 75, 76, 77, 78, 79, 80, 81, 82, 83, 84, 85, 86, 87, 88, 91] */
+
+/* mod_add_cast_recip */
+void lm_mod_add_cast_recip_<hash>(int* restrict b0, const int* restrict b1, const int* restrict b2, const long long* restrict d) {
+    #pragma omp parallel for if((32) > 16384)
+    for (long long i0_ = 0; i0_ < 4; i0_++) {
+        for (long long j0_ = 0; j0_ < 8; j0_++) {
+            b0[(8*i0_ + j0_)] = lm_imul(lm_iadd(lm_iadd(lm_iadd(lm_imul((-1), (1024)), lm_float_to_int((1024.5f + ((1.0f / ((float)(lm_iadd(lm_iadd((1), lm_imul(lm_iadd(((b1[(8*i0_ + j0_)] < (0)) ? 1 : 0), (((0) < b1[(8*i0_ + j0_)]) ? 1 : 0)), (-1))), b1[(8*i0_ + j0_)])))) * ((float)(lm_iadd(lm_imul((-1), lm_imul(lm_iadd(lm_iadd((1), lm_imul(lm_iadd(((b1[(8*i0_ + j0_)] < (0)) ? 1 : 0), (((0) < b1[(8*i0_ + j0_)]) ? 1 : 0)), (-1))), b1[(8*i0_ + j0_)]), lm_float_to_int((((float)(b2[(8*i0_ + j0_)])) * (1.0f / ((float)(lm_iadd(lm_iadd((1), lm_imul(lm_iadd(((b1[(8*i0_ + j0_)] < (0)) ? 1 : 0), (((0) < b1[(8*i0_ + j0_)]) ? 1 : 0)), (-1))), b1[(8*i0_ + j0_)])))))))), b2[(8*i0_ + j0_)]))))))), lm_float_to_int((((float)(b2[(8*i0_ + j0_)])) * (1.0f / ((float)(lm_iadd(lm_iadd((1), lm_imul(lm_iadd(((b1[(8*i0_ + j0_)] < (0)) ? 1 : 0), (((0) < b1[(8*i0_ + j0_)]) ? 1 : 0)), (-1))), b1[(8*i0_ + j0_)]))))))), lm_imul((-1), lm_iadd(((lm_imod_floor(b2[(8*i0_ + j0_)], lm_iadd(lm_iadd((1), lm_imul(lm_iadd(((b1[(8*i0_ + j0_)] < (0)) ? 1 : 0), (((0) < b1[(8*i0_ + j0_)]) ? 1 : 0)), (-1))), b1[(8*i0_ + j0_)])) < lm_iadd(lm_imul((-1), lm_imul(lm_iadd(lm_iadd((1), lm_imul(lm_iadd(((b1[(8*i0_ + j0_)] < (0)) ? 1 : 0), (((0) < b1[(8*i0_ + j0_)]) ? 1 : 0)), (-1))), b1[(8*i0_ + j0_)]), lm_iadd(lm_imul((-1), (1024)), lm_float_to_int((1024.5f + ((1.0f / ((float)(lm_iadd(lm_iadd((1), lm_imul(lm_iadd(((b1[(8*i0_ + j0_)] < (0)) ? 1 : 0), (((0) < b1[(8*i0_ + j0_)]) ? 1 : 0)), (-1))), b1[(8*i0_ + j0_)])))) * ((float)(lm_iadd(lm_imul((-1), lm_imul(lm_iadd(lm_iadd((1), lm_imul(lm_iadd(((b1[(8*i0_ + j0_)] < (0)) ? 1 : 0), (((0) < b1[(8*i0_ + j0_)]) ? 1 : 0)), (-1))), b1[(8*i0_ + j0_)]), lm_float_to_int((((float)(b2[(8*i0_ + j0_)])) * (1.0f / ((float)(lm_iadd(lm_iadd((1), lm_imul(lm_iadd(((b1[(8*i0_ + j0_)] < (0)) ? 1 : 0), (((0) < b1[(8*i0_ + j0_)]) ? 1 : 0)), (-1))), b1[(8*i0_ + j0_)])))))))), b2[(8*i0_ + j0_)]))))))))), lm_iadd(lm_imul((-1), lm_imul(lm_iadd(lm_iadd((1), lm_imul(lm_iadd(((b1[(8*i0_ + j0_)] < (0)) ? 1 : 0), (((0) < b1[(8*i0_ + j0_)]) ? 1 : 0)), (-1))), b1[(8*i0_ + j0_)]), lm_float_to_int((((float)(b2[(8*i0_ + j0_)])) * (1.0f / ((float)(lm_iadd(lm_iadd((1), lm_imul(lm_iadd(((b1[(8*i0_ + j0_)] < (0)) ? 1 : 0), (((0) < b1[(8*i0_ + j0_)]) ? 1 : 0)), (-1))), b1[(8*i0_ + j0_)])))))))), b2[(8*i0_ + j0_)]))) ? 1 : 0), ((lm_iadd(lm_imul((-1), lm_imul(lm_iadd(lm_iadd((1), lm_imul(lm_iadd(((b1[(8*i0_ + j0_)] < (0)) ? 1 : 0), (((0) < b1[(8*i0_ + j0_)]) ? 1 : 0)), (-1))), b1[(8*i0_ + j0_)]), lm_iadd(lm_imul((-1), (1024)), lm_float_to_int((1024.5f + ((1.0f / ((float)(lm_iadd(lm_iadd((1), lm_imul(lm_iadd(((b1[(8*i0_ + j0_)] < (0)) ? 1 : 0), (((0) < b1[(8*i0_ + j0_)]) ? 1 : 0)), (-1))), b1[(8*i0_ + j0_)])))) * ((float)(lm_iadd(lm_imul((-1), lm_imul(lm_iadd(lm_iadd((1), lm_imul(lm_iadd(((b1[(8*i0_ + j0_)] < (0)) ? 1 : 0), (((0) < b1[(8*i0_ + j0_)]) ? 1 : 0)), (-1))), b1[(8*i0_ + j0_)]), lm_float_to_int((((float)(b2[(8*i0_ + j0_)])) * (1.0f / ((float)(lm_iadd(lm_iadd((1), lm_imul(lm_iadd(((b1[(8*i0_ + j0_)] < (0)) ? 1 : 0), (((0) < b1[(8*i0_ + j0_)]) ? 1 : 0)), (-1))), b1[(8*i0_ + j0_)])))))))), b2[(8*i0_ + j0_)]))))))))), lm_iadd(lm_imul((-1), lm_imul(lm_iadd(lm_iadd((1), lm_imul(lm_iadd(((b1[(8*i0_ + j0_)] < (0)) ? 1 : 0), (((0) < b1[(8*i0_ + j0_)]) ? 1 : 0)), (-1))), b1[(8*i0_ + j0_)]), lm_float_to_int((((float)(b2[(8*i0_ + j0_)])) * (1.0f / ((float)(lm_iadd(lm_iadd((1), lm_imul(lm_iadd(((b1[(8*i0_ + j0_)] < (0)) ? 1 : 0), (((0) < b1[(8*i0_ + j0_)]) ? 1 : 0)), (-1))), b1[(8*i0_ + j0_)])))))))), b2[(8*i0_ + j0_)])) < lm_imod_floor(b2[(8*i0_ + j0_)], lm_iadd(lm_iadd((1), lm_imul(lm_iadd(((b1[(8*i0_ + j0_)] < (0)) ? 1 : 0), (((0) < b1[(8*i0_ + j0_)]) ? 1 : 0)), (-1))), b1[(8*i0_ + j0_)]))) ? 1 : 0)))), lm_iadd((1), lm_imul(lm_iadd((1), lm_imul(lm_iadd(((b1[(8*i0_ + j0_)] < (0)) ? 1 : 0), (((0) < b1[(8*i0_ + j0_)]) ? 1 : 0)), (-1))), (-1))));
+        }
+    }
+}
+
+/* ---- segment 0: nodes [51, 52, 53] */
+
+/* mul_add_mod */
+void lm_mul_add_mod_<hash>(int* restrict b0, const int* restrict b1, const int* restrict b2, const long long* restrict d) {
+    #pragma omp parallel for if((32) > 16384)
+    for (long long i0_ = 0; i0_ < 4; i0_++) {
+        for (long long i1_ = 0; i1_ < 8; i1_++) {
+            b0[(8*i0_ + i1_)] = lm_imod_floor(lm_iadd(b1[(8*i0_ + i1_)], lm_imul(b2[(8*i0_ + i1_)], b1[(8*i0_ + i1_)])), b2[(8*i0_ + i1_)]);
+        }
+    }
+}
+
+/* ---- segment 0: nodes [92] */
+
+/* sumreduce */
+void lm_sumreduce_<hash>(int* restrict b0, const int* restrict b1, const long long* restrict d) {
+    #pragma omp parallel for if((32) > 16384)
+    for (long long i0_ = 0; i0_ < 4; i0_++) {
+        int acc = b1[8*i0_];
+        acc = lm_iadd(acc, b1[(8*i0_ + 1)]);
+        acc = lm_iadd(acc, b1[(8*i0_ + 2)]);
+        acc = lm_iadd(acc, b1[(8*i0_ + 3)]);
+        acc = lm_iadd(acc, b1[(8*i0_ + 4)]);
+        acc = lm_iadd(acc, b1[(8*i0_ + 5)]);
+        acc = lm_iadd(acc, b1[(8*i0_ + 6)]);
+        acc = lm_iadd(acc, b1[(8*i0_ + 7)]);
+        b0[i0_] = acc;
+    }
+}
+
+/* ---- runners */
+typedef void (*lm_kernel_fn)(void);
+void lm_mod_add_cast_recip_<hash>();
+void lm_mul_add_mod_<hash>();
+void lm_sumreduce_<hash>();
+int lm_run_segment_0(void** b, const long long* d, long long* s) {
+    s[0] = 0;
+    lm_mod_add_cast_recip_<hash>(b[2], b[0], b[1], d);
+    lm_mul_add_mod_<hash>(b[3], b[1], b[0], d);
+    lm_sumreduce_<hash>(b[4], b[1], d);
+    return 0;
+}

@@ -1,0 +1,48 @@
+/* golden source of tests/backends/golden_cases.py::layer_norm; accept changes with
+   LUMINAL_ACCEPT_GOLDEN=1 .venv/bin/pytest tests/backends/test_golden_kernels.py */
+
+/* ---- segment 0: nodes [4, 5] */
+
+/* constant_recip */
+void lm_constant_recip_<hash>(float* restrict b0, const long long* restrict d) {
+    {
+b0[0] = (1.0f / 48.0f);
+    }
+}
+
+/* ---- segment 0: nodes [3, 6, 15, 26, 27, 28, 29, 30, 32, 33, 34, 35, 36, 37] */
+
+/* recip_contract_add_mul */
+void lm_recip_contract_add_mul_<hash>(float* restrict b0, const float* restrict b1, const float* restrict b2, const float* restrict b3, const float* restrict b4, const long long* restrict d) {
+    #pragma omp parallel for if((384) > 16384)
+    for (long long i0_ = 0; i0_ < 8; i0_++) {
+        float s3 = 0.0f;
+        #pragma omp simd reduction(+:s3)
+        for (long long j0_ = 0; j0_ < 48; j0_++) {
+            const float v = b1[(48*i0_ + j0_)];
+            s3 += v;
+        }
+        const float s6 = (s3 * b2[0]);
+        float s29 = 0.0f;
+        #pragma omp simd reduction(+:s29)
+        for (long long j0_ = 0; j0_ < 48; j0_++) {
+            const float v = ((b1[(48*i0_ + j0_)] + (s6 * -1.0f)) * (b1[(48*i0_ + j0_)] + (s6 * -1.0f)));
+            s29 += v;
+        }
+        const float s34 = (1.0f / sqrtf(((s29 * b2[0]) + 1e-05f)));
+        for (long long j0_ = 0; j0_ < 48; j0_++) {
+            b0[(48*i0_ + j0_)] = ((b3[j0_] * ((b1[(48*i0_ + j0_)] + (s6 * -1.0f)) * s34)) + b4[j0_]);
+        }
+    }
+}
+
+/* ---- runners */
+typedef void (*lm_kernel_fn)(void);
+void lm_constant_recip_<hash>();
+void lm_recip_contract_add_mul_<hash>();
+int lm_run_segment_0(void** b, const long long* d, long long* s) {
+    s[0] = 0;
+    lm_constant_recip_<hash>(b[3], d);
+    lm_recip_contract_add_mul_<hash>(b[4], b[1], b[3], b[0], b[2], d);
+    return 0;
+}

@@ -1,0 +1,43 @@
+/* golden source of tests/backends/golden_cases.py::python_function; accept changes with
+   LUMINAL_ACCEPT_GOLDEN=1 .venv/bin/pytest tests/backends/test_golden_kernels.py */
+
+/* ---- segment 0: nodes [1, 2] */
+
+/* constant_mul */
+void lm_constant_mul_<hash>(float* restrict b0, const float* restrict b1, const long long* restrict d) {
+    #pragma omp parallel for if((16) > 16384)
+    for (long long i0_ = 0; i0_ < 4; i0_++) {
+        for (long long i1_ = 0; i1_ < 4; i1_++) {
+            b0[(4*i0_ + i1_)] = (b1[(4*i0_ + i1_)] * 2.0f);
+        }
+    }
+}
+
+/* ---- segment 1: Python function node 11 */
+
+/* ---- segment 2: nodes [4, 5, 6, 7, 16] */
+
+/* constant_mul_exp2_add */
+void lm_constant_mul_exp2_add_<hash>(float* restrict b0, const float* restrict b1, const long long* restrict d) {
+    #pragma omp parallel for if((16) > 16384)
+    for (long long i0_ = 0; i0_ < 4; i0_++) {
+        for (long long i1_ = 0; i1_ < 4; i1_++) {
+            b0[(4*i0_ + i1_)] = (exp2f((b1[(4*i0_ + i1_)] * 1.4426950408889634f)) + 1.0f);
+        }
+    }
+}
+
+/* ---- runners */
+typedef void (*lm_kernel_fn)(void);
+void lm_constant_mul_<hash>();
+void lm_constant_mul_exp2_add_<hash>();
+int lm_run_segment_0(void** b, const long long* d, long long* s) {
+    s[0] = 0;
+    lm_constant_mul_<hash>(b[1], b[0], d);
+    return 0;
+}
+int lm_run_segment_2(void** b, const long long* d, long long* s) {
+    s[0] = 0;
+    lm_constant_mul_exp2_add_<hash>(b[3], b[1], d);
+    return 0;
+}

@@ -1,0 +1,22 @@
+/* golden source of tests/backends/golden_cases.py::sgemm_batched; accept changes with
+   LUMINAL_ACCEPT_GOLDEN=1 .venv/bin/pytest tests/backends/test_golden_kernels.py */
+
+/* ---- segment 0: nodes [4] */
+#include <stdlib.h>
+#include <omp.h>
+void LM_SGEMM(int, int, int, int, int, int, float, const float*, int, const float*, int, float, float*, int);
+/* sgemm */
+void lm_sgemm_<hash>(float* restrict b0, const float* restrict b1, const float* restrict b2, const long long* restrict d) {
+    for (long long i0_ = 0; i0_ < 3; i0_++) {
+    LM_SGEMM(101, 111, 111, (int)(16), (int)(8), (int)(32), 1.0f, b1 + 512*i0_, (int)((32) > 1 ? (32) : 1), b2 + 256*i0_, (int)((8) > 1 ? (8) : 1), 0.0f, b0 + 128*i0_, (int)((8) > 1 ? (8) : 1));
+    }
+}
+
+/* ---- runners */
+typedef void (*lm_kernel_fn)(void);
+void lm_sgemm_<hash>();
+int lm_run_segment_0(void** b, const long long* d, long long* s) {
+    s[0] = 0;
+    lm_sgemm_<hash>(b[2], b[0], b[1], d);
+    return 0;
+}

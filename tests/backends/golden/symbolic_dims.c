@@ -1,0 +1,109 @@
+/* golden source of tests/backends/golden_cases.py::symbolic_dims; accept changes with
+   LUMINAL_ACCEPT_GOLDEN=1 .venv/bin/pytest tests/backends/test_golden_kernels.py */
+
+/* ---- segment 0: nodes [17] */
+#include <stdlib.h>
+#include <omp.h>
+void LM_SGEMM(int, int, int, int, int, int, float, const float*, int, const float*, int, float, float*, int);
+/* sgemm */
+void lm_sgemm_<hash>(float* restrict b0, const float* restrict b1, const float* restrict b2, const long long* restrict d) {
+    const long long dim_batch = d[0]; (void)dim_batch;
+    {
+    const long long m_ = dim_batch, n_ = 8, k_ = 16;
+    const int nt_ = omp_get_max_threads();
+    const int split_ = nt_ > 1 && m_ * n_ <= 4096 && k_ >= 4096;
+    /* the partial sums' memory; without it (calloc failed) one plain call does the work */
+    float* part_ = split_ ? (float*)calloc((size_t)(nt_ * m_ * n_), sizeof(float)) : 0;
+    if (part_) {
+        #pragma omp parallel num_threads(nt_)
+        {
+            const int t_ = omp_get_thread_num(), count_ = omp_get_num_threads();
+            const long long k0_ = k_ * t_ / count_, k1_ = k_ * (t_ + 1) / count_;
+            LM_SGEMM(101, 111, 111, (int)m_, (int)n_, (int)(k1_ - k0_), 1.0f, b1 + 0 + k0_, (int)(16), b2 + 0 + k0_ * (long long)(8), (int)(8), 0.0f, part_ + (long long)t_ * m_ * n_, (int)n_);
+        }
+        for (long long r_ = 0; r_ < m_; r_++) {
+            for (long long c_ = 0; c_ < n_; c_++) {
+                float total_ = 0.0f;
+                for (int t_ = 0; t_ < nt_; t_++) total_ += part_[(t_ * m_ + r_) * n_ + c_];
+                b0[0 + r_ * (long long)(8) + c_] = total_;
+            }
+        }
+        free(part_);
+    } else {
+    LM_SGEMM(101, 111, 111, (int)(dim_batch), (int)(8), (int)(16), 1.0f, b1 + 0, (int)((16) > 1 ? (16) : 1), b2 + 0, (int)((8) > 1 ? (8) : 1), 0.0f, b0 + 0, (int)((8) > 1 ? (8) : 1));
+    }
+    }
+}
+
+/* ---- segment 0: nodes [8, 18, 19, 20, 21, 23, 24, 25, 26, 27] */
+
+/* recip_sumreduce_exp2_maxreduce */
+void lm_recip_sumreduce_exp2_maxreduce_<hash>(float* restrict b0, const float* restrict b1, const long long* restrict d) {
+    const long long dim_batch = d[0]; (void)dim_batch;
+    #pragma omp parallel for if((8*dim_batch) > 16384)
+    for (long long i0_ = 0; i0_ < dim_batch; i0_++) {
+        float s18 = (-INFINITY);
+        int s18_nan = 0;
+        #pragma omp simd reduction(max:s18) reduction(|:s18_nan)
+        for (long long j0_ = 0; j0_ < 8; j0_++) {
+            const float v = b1[(8*i0_ + j0_)];
+            s18 = v > s18 ? v : s18;
+            s18_nan |= (v != v);
+        }
+        if (s18_nan) s18 = NAN;
+        float s25 = 0.0f;
+        #pragma omp simd reduction(+:s25)
+        for (long long j0_ = 0; j0_ < 8; j0_++) {
+            const float v = exp2f(((b1[(8*i0_ + j0_)] + (s18 * -1.0f)) * 1.4426950408889634f));
+            b0[(8*i0_ + j0_)] = v;
+            s25 += v;
+        }
+        const float s26 = (1.0f / s25);
+        for (long long j0_ = 0; j0_ < 8; j0_++) {
+            b0[(8*i0_ + j0_)] = (b0[(8*i0_ + j0_)] * s26);
+        }
+    }
+}
+
+/* ---- segment 0: nodes [14] */
+
+/* sumreduce */
+void lm_sumreduce_<hash>(float* restrict b0, const float* restrict b1, const long long* restrict d) {
+    const long long dim_batch = d[0]; (void)dim_batch;
+    #pragma omp parallel for if((16*dim_batch) > 16384)
+    for (long long i0_ = 0; i0_ < 16; i0_++) {
+        float acc = 0.0f;
+        #pragma omp simd reduction(+:acc)
+        for (long long r0_ = 0; r0_ < dim_batch; r0_++) {
+            const float v = b1[(i0_ + 16*r0_)];
+            acc += v;
+        }
+        b0[i0_] = acc;
+    }
+}
+
+/* ---- segment 0: nodes [15, 30] */
+
+/* constant_mul */
+void lm_constant_mul_<hash>(float* restrict b0, const float* restrict b1, const long long* restrict d) {
+    const long long dim_batch = d[0]; (void)dim_batch;
+    #pragma omp parallel for if((16) > 16384)
+    for (long long i0_ = 0; i0_ < 16; i0_++) {
+        b0[i0_] = (b1[i0_] * 0.5f);
+    }
+}
+
+/* ---- runners */
+typedef void (*lm_kernel_fn)(void);
+void lm_sgemm_<hash>();
+void lm_recip_sumreduce_exp2_maxreduce_<hash>();
+void lm_sumreduce_<hash>();
+void lm_constant_mul_<hash>();
+int lm_run_segment_0(void** b, const long long* d, long long* s) {
+    s[0] = 0;
+    lm_sgemm_<hash>(b[2], b[0], b[1], d);
+    lm_recip_sumreduce_exp2_maxreduce_<hash>(b[3], b[2], d);
+    lm_sumreduce_<hash>(b[4], b[0], d);
+    lm_constant_mul_<hash>(b[5], b[4], d);
+    return 0;
+}

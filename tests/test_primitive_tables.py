@@ -1,0 +1,67 @@
+"""Every per-primitive table covers every primitive of luminal/ops.py, or says why not.
+
+The reference runtime, autograd, the e-graph encoder and decoder, and the C renderer
+each keep one table keyed by the primitive (STYLE.md: "One IR, many renderers"). A
+primitive added to ops.py without its row fails here, naming the table, instead of
+failing in some graph that happens to use it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from luminal import ops
+from luminal.backends.cpu.codegen import OP_RENDERERS
+from luminal.compiler.egraph.encode import ENCODERS
+from luminal.compiler.egraph.extract import TERM_DECODERS
+from luminal.reference.kernels import KERNELS
+from luminal.training.autograd import VJP_RULES, ZERO_GRADIENT
+
+# primitive -> why the table has no row for it, per table
+NOT_IN = {
+    "autograd": {
+        ops.Input: "a leaf: gradients stop there (Autograd reads them off)",
+        **{
+            op: "piecewise constant: listed in ZERO_GRADIENT"
+            for op in ZERO_GRADIENT
+            if op not in VJP_RULES
+        },
+    },
+    "renderer": {
+        ops.Input: "a buffer: read by KernelWriter.load, never computed",
+        ops.Gather: "its own kernel (kernels.gather_kernel): checks indices, records faults",
+        ops.Scatter: "its own kernel (kernels.scatter_kernel): sequential index_add",
+        ops.Function: "Python between C segments (runtime.CompiledGraph._run_function)",
+    },
+}
+
+TABLES = {
+    "reference": KERNELS,
+    "autograd": VJP_RULES,
+    "e-graph encoder": ENCODERS,
+    "renderer": OP_RENDERERS,
+}
+
+
+@pytest.mark.parametrize("table", sorted(TABLES))
+def test_every_primitive_has_a_row_or_a_reason(table: str) -> None:
+    rows, excused = TABLES[table], NOT_IN.get(table, {})
+    missing = [op.__name__ for op in ops.PRIMITIVES if op not in rows and op not in excused]
+    assert not missing, f"{table} table has no row for {missing} and no reason why"
+    stale = [op.__name__ for op in excused if op in rows]
+    assert not stale, f"{table}: {stale} have a row and an excuse; drop the excuse"
+
+
+def test_every_encoded_primitive_decodes() -> None:
+    """The decoder's table holds a term for each primitive the encoder writes as one
+    (Input and Iota travel as opaque sources, Function as an opaque function)."""
+    opaque = {ops.Input: "Term.source", ops.Iota: "Term.source", ops.Function: "Term.function"}
+    for op in ops.PRIMITIVES:
+        name = opaque.get(op) or "Term." + _snake(op.__name__)
+        if op is ops.Constant:
+            name = "Term.const"
+        assert name in TERM_DECODERS, f"no decoder for {op.__name__} ({name})"
+
+
+def _snake(name: str) -> str:
+    return "".join("_" + c.lower() if c.isupper() else c for c in name).lstrip("_")
