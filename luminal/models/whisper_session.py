@@ -47,6 +47,7 @@ class WhisperGenerationConfig:
 
     decoder_start_token_id: int
     eos_token_id: tuple[int, ...] = ()
+    pad_token_id: int | None = None
     no_timestamps_token_id: int | None = None
     lang_to_id: Mapping[str, int] | None = None
     task_to_id: Mapping[str, int] | None = None
@@ -69,6 +70,9 @@ class WhisperGenerationConfig:
         return cls(
             decoder_start_token_id=_token(start, "decoder_start_token_id"),
             eos_token_id=tuple(_token(t, "eos_token_id") for t in _ids(eos)),
+            pad_token_id=_optional_token(
+                {"pad_token_id": config.pad_token_id, **mapping}, "pad_token_id"
+            ),
             no_timestamps_token_id=_optional_token(mapping, "no_timestamps_token_id"),
             lang_to_id=_token_table(mapping, "lang_to_id"),
             task_to_id=_token_table(mapping, "task_to_id"),
@@ -358,10 +362,10 @@ class WhisperSession:
         max_new_tokens: int | None = None,
         callback: Any = None,
     ) -> np.ndarray:
-        """Greedy tokens after the forced start ones for features (mels, frames) -> (n,)
-        or (batch, mels, frames) -> (batch, n). Stops at the end token (rows that end
-        early are filled with it) or after `max_new_tokens` (default: up to
-        max_target_positions in all)."""
+        """Greedy tokens after the forced start ones, up to (not including) the end token
+        or `max_new_tokens` of them (default: up to max_target_positions in all), as
+        transformers returns them: features (mels, frames) -> (n,); a batch (batch, mels,
+        frames) -> (batch, n), rows right-padded with `pad_token_id` to the longest."""
         unbatched = np.ndim(log_mel) == 2
         self.encode(log_mel)
         start = self.start_tokens(language, task)
@@ -372,15 +376,29 @@ class WhisperSession:
                 f"Whisper: {start.shape[1]} start tokens + max_new_tokens={max_new_tokens} "
                 f"exceed max_target_positions={self.config.max_target_positions}"
             )
+        eos = list(self.generation.eos_token_id)
         tokens = generate(
             self,
             start,
             max_new_tokens,
-            eos_token_id=list(self.generation.eos_token_id) or None,
+            eos_token_id=eos,
+            ignore_eos=not eos,
             callback=callback,
             logits_processor=self.suppressor(),
         )
-        return tokens[0] if unbatched else tokens
+        return self._cut_at_end(tokens, eos, unbatched)
+
+    def _cut_at_end(self, tokens: np.ndarray, eos: list[int], unbatched: bool) -> np.ndarray:
+        """Each row up to its first end token, padded to the longest row."""
+        ended = np.isin(tokens, eos)
+        lengths = np.where(ended.any(axis=1), ended.argmax(axis=1), tokens.shape[1])
+        if unbatched:
+            return tokens[0, : lengths[0]]
+        pad = self.generation.pad_token_id
+        out = np.full((tokens.shape[0], lengths.max(initial=0)), 0 if pad is None else pad)
+        for row, length in enumerate(lengths):
+            out[row, :length] = tokens[row, :length]
+        return out.astype(np.int32)
 
     def _check_ids(self, ids: np.ndarray, what: str) -> None:
         vocab = self.config.vocab_size

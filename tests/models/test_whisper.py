@@ -162,6 +162,21 @@ def test_reference_runtime_session_and_generate(hf, model, features) -> None:
     np.testing.assert_array_equal(tokens, sequence.numpy()[:, -6:])
 
 
+def test_end_token_ends_rows_and_pads(features) -> None:
+    """With token 14 as the end token, row 1 ends after 3 tokens (row 0 never does): as
+    transformers, the end token is cut and the row padded with pad_token_id (0); one
+    row alone is not padded."""
+    hf = hf_whisper()
+    hf.generation_config.eos_token_id = 14
+    model = luminal_whisper(hf)
+    ours = model.transcribe_tokens(features, "en", max_new_tokens=NEW_TOKENS, compile=False)
+    theirs = hf_tokens(hf, features, language="en")
+    assert (theirs[1, 3:] == 0).all() and theirs.shape == (2, NEW_TOKENS)
+    np.testing.assert_array_equal(ours, theirs)
+    alone = model.transcribe_tokens(features[1], "en", max_new_tokens=NEW_TOKENS, compile=False)
+    np.testing.assert_array_equal(alone, theirs[1, :3])
+
+
 def test_from_pretrained_folder(hf, features, tmp_path: Path) -> None:
     """save_pretrained writes config.json, safetensors (no proj_out: it is tied) and
     generation_config.json; lm.models.from_pretrained builds the model without random
