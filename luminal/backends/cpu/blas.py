@@ -28,10 +28,10 @@ from luminal.backends.cpu.codegen import (
     KernelWriter,
     _finish_source,
     c_expr,
-    flat_index,
 )
 from luminal.dtype import DType
 from luminal.graph import Edge, Graph, Node
+from luminal.kernel.indexing import flat_index
 from luminal.shape.expr import ONE, ZERO, Expr
 from luminal.shape.tracker import contiguous_strides
 

@@ -11,15 +11,21 @@ object; symbolic dims are read from the dimension array at run time.
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from luminal import ops
 from luminal.dtype import DType
 from luminal.graph import Edge, Graph, Node
-from luminal.shape.expr import ONE, ZERO, Expr, sym, var
-from luminal.shape.tracker import contiguous_strides
+from luminal.kernel.indexing import (
+    flat_index,
+    is_loop_index,
+    loop_index,
+    loop_name,
+    unravel,
+    variable_bounds,
+)
+from luminal.shape.expr import ONE, Expr, sym, var
 
 C_STORAGE = {
     DType.float32: "float",
@@ -111,128 +117,17 @@ class KernelSource:
         return FAULT_PARAM in self.source
 
 
-def flat_index(indices: Sequence[Expr], shape: Sequence[Expr]) -> Expr:
-    """Row-major flat position of logical `indices` in a buffer of `shape`."""
-    flat = ZERO
-    for index, stride in zip(indices, contiguous_strides(shape), strict=True):
-        flat = flat + index * stride
-    return flat
-
-
-def unravel(
-    flat: Expr, shape: Sequence[Expr], extents: dict[str, Expr], compare: bool = False
-) -> list[Expr]:
-    """Logical indices of a flat row-major position. When `flat` is a sum of loop indices
-    times the buffer's own strides (the usual case: permutes, broadcasts, pads, slices),
-    each dim's index is read off directly; otherwise `(flat // stride) % dim` (which the
-    expression simplifier folds where the loop bounds allow), or with `compare`, where a
-    remainder's range is small, a comparison in place of each division (see
-    `_divide_by_comparison`)."""
-    strides = contiguous_strides(shape)
-    direct = _affine_unravel(flat, shape, strides, extents)
-    if direct is not None:
-        return direct
-    # a read lies inside the buffer (or is masked off), so the outermost index needs no
-    # `% dim`: with a symbolic batch dim that modulo would stay in the inner loop
-    outermost = next((d for d, dim in enumerate(shape) if dim != 1), None)
-    divided = [
-        ZERO if dim == 1 else flat // stride if d == outermost else (flat // stride) % dim
-        for d, (dim, stride) in enumerate(zip(shape, strides, strict=True))
-    ]
-    if not compare:
-        return divided
-    # peel the dims off from the outermost, dividing by comparison where the remainder's
-    # range allows (a skewed read, 14*r + i into rows of 15): no division in the loop
-    compared = list(divided)
-    remainder = flat
-    for d, (dim, stride) in enumerate(zip(shape, strides, strict=True)):
-        if dim == 1:
-            continue
-        split = _divide_by_comparison(remainder, stride)
-        if split is None:
-            break
-        compared[d], remainder = split
-    return compared
-
-
-def _divide_by_comparison(value: Expr, divisor: Expr) -> tuple[Expr, Expr] | None:
-    """(value // divisor, value % divisor) without a division, for a constant divisor:
-    each coefficient is split as q * divisor + r with r nearest zero, so the rest
-    R = sum(r * term) has a small range; when R spans at most two multiples of the
-    divisor, its quotient is one comparison. None when the range is unknown or wider, or
-    when `value` is not affine (comparisons of comparisons grow without bound)."""
-    d = divisor.as_int()
-    if d == 1:
-        return value, ZERO
-    if d is None or d <= 0 or any(a.op != "var" for mono, _ in value.terms for a in mono):
-        return None  # only affine values: comparisons must not nest
-    best = None
-    for nearest in (False, True):  # floor division of each coefficient, then nearest
-        quotient, rest = ZERO, ZERO
-        for mono, coef in value.terms:
-            term = Expr(((mono, 1),)) if mono else ONE
-            q = (coef + d // 2) // d if mono and nearest else coef // d
-            quotient = quotient + term * q
-            rest = rest + term * (coef - q * d)
-        lo, hi = rest.bounds()
-        if lo == float("-inf") or hi == float("inf"):
-            continue
-        k_lo, k_hi = int(lo) // d, int(hi) // d
-        if k_lo == k_hi:
-            return quotient + k_lo, rest - k_lo * d
-        if k_hi - k_lo == 1 and best is None:
-            carry = k_lo + rest.ge(k_hi * d)
-            best = quotient + carry, rest - carry * d
-    return best
-
-
-def _affine_unravel(
-    flat: Expr, shape: Sequence[Expr], strides: Sequence[Expr], extents: dict[str, Expr]
-) -> list[Expr] | None:
-    by_stride: dict[Expr, list[Expr]] = {}
-    for mono, coef in flat.terms:
-        loop_vars = [a for a in mono if a.op == "var" and _INDEX_VAR.match(a.args[0])]
-        if len(loop_vars) != 1 or any(a.op != "var" for a in mono):
-            return None  # a constant offset or a non-affine term
-        (index_atom,) = loop_vars
-        rest = [a for a in mono if a is not index_atom]
-        stride = Expr((((tuple(rest)), coef),))
-        by_stride.setdefault(stride, []).append(Expr((((index_atom,), 1),)))
-    indices: list[Expr] = []
-    used = 0
-    for dim, stride in zip(shape, strides, strict=True):
-        if dim == 1:
-            indices.append(ZERO)
-            continue
-        parts = by_stride.get(stride, [])
-        used += len(parts)
-        total = ZERO
-        span = ZERO  # the largest value the summed indices reach
-        for part in parts:
-            total = total + part
-            extent = extents.get(part.terms[0][0][0].args[0])
-            if extent is None:
-                return None
-            span = span + extent - 1
-        if parts and not (span == dim - 1 or (dim - 1 - span).bounds()[0] >= 0):
-            return None  # an index could run past this dim (a merged reshape)
-        indices.append(total)
-    if used != sum(len(v) for v in by_stride.values()):
-        return None  # some term's coefficient is not a stride of this buffer
-    return indices
-
-
 def dim_name(name: str) -> str:
     return f"dim_{name}"
 
 
-_INDEX_VAR = re.compile(r"^[irgj]\d+_$")
-
-
 def c_expr(expr: Expr) -> str:
-    """Render an index expression with dims renamed to their C locals (`dim_<name>`);
-    loop indices (`i0_`, `r0_`) keep their names."""
-    mapping = {n: var(dim_name(n)) for n in expr.variables() if not _INDEX_VAR.match(n)}
+    """Render an index expression with dims renamed to their C locals (`dim_<name>`) and
+    loop indices to their loop names (`i0_`, `r0_`): two namespaces that cannot meet."""
+    mapping = {
+        n: var(loop_name(n), upper) if is_loop_index(n) else var(dim_name(n))
+        for n, upper in variable_bounds(expr).items()
+    }
     return expr.substitute(mapping).to_c() if mapping else expr.to_c()
 
 
@@ -262,9 +157,9 @@ class KernelWriter:
 
     def loop_var(self, name: str, extent: Expr) -> Expr:
         """A loop index running over `extent` values (bounded when the extent is known)."""
-        upper = extent.as_int()
-        self.extents[name] = extent
-        return var(name, upper - 1 if upper is not None else None)
+        index = loop_index(name, extent)
+        self.extents[index.terms[0][0][0].args[0]] = extent
+        return index
 
     def loop_vars(self, shape: Sequence[Expr], prefix: str = "i") -> list[Expr]:
         return [self.loop_var(f"{prefix}{axis}_", dim) for axis, dim in enumerate(shape)]

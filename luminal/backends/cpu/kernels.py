@@ -18,11 +18,11 @@ from luminal.backends.cpu.codegen import (
     _product,
     _store,
     c_expr,
-    flat_index,
 )
 from luminal.backends.cpu.schedule import UNROLL_LIMIT
 from luminal.dtype import DType
 from luminal.graph import Graph, Node
+from luminal.kernel.indexing import flat_index
 from luminal.shape.expr import ZERO, Expr, sym
 
 

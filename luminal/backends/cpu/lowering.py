@@ -21,25 +21,7 @@ from luminal.backends.cpu.runtime import CompiledGraph, Segment
 from luminal.backends.cpu.schedule import is_blas_contract, row_groups, schedule
 from luminal.custom import CustomKernel
 from luminal.graph import Graph
-
-
-def dims_of(graph: Graph) -> list[str]:
-    names: set[str] = set()
-    for node in graph.nodes.values():
-        for d in node.shape:
-            names |= d.variables()
-        for edge in node.inputs:
-            view = edge.view
-            for e in (*view.shape, *view.strides, view.offset):
-                names |= e.variables()
-            if view.mask is not None:
-                for lo, hi in view.mask:
-                    names |= lo.variables() | hi.variables()
-        if isinstance(node.op, ops.Constant) and hasattr(node.op.value, "variables"):
-            names |= node.op.value.variables()
-        if isinstance(node.op, ops.Iota):
-            names |= node.op.expr.variables() - {"z"}
-    return sorted(names)
+from luminal.kernel.indexing import dims_of
 
 
 @dataclass
