@@ -9,6 +9,7 @@ GraphTensors hold a node id plus a view, and survive compiler rewrites through
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import numbers
 import threading
@@ -424,6 +425,24 @@ class Graph:
         self.__dict__.clear()
         self.__dict__.update(state)
 
+    def structure_copy(self, inputs: bool = True) -> Graph:
+        """A graph to rewrite or run beside this one (verification's reference, the
+        search's candidates) that copies no data: the node table is copied shallowly
+        (nodes are immutable, as `_snapshot` relies on), input arrays are shared as
+        read-only views (or left out), and the copy has no outputs, compiled program or
+        cached plan. The rest is copied deeply, so tensors it holds point at the copy."""
+        clone = Graph.__new__(Graph)
+        state = self.__getstate__()
+        for name in ("nodes", "input_data", "buffers", "compiled", "_reference_plan"):
+            state.pop(name, None)
+        table = NodeTable(self.nodes)
+        table.version = self.nodes.version
+        data = {n: read_only_view(a) for n, a in self.input_data.items()} if inputs else {}
+        shared = {"nodes": table, "input_data": data, "buffers": {}, "compiled": None}
+        clone.__setstate__({**copy.deepcopy(state, {id(self): clone}), **shared})
+        clone.failed_run = None
+        return clone
+
     def execute(self) -> None:
         """Run the graph: the compiled executable if any, else the reference runtime.
         A run that raises (or is interrupted) leaves no outputs: the compiled runtime
@@ -475,3 +494,10 @@ class Graph:
 
     def __repr__(self) -> str:
         return f"Graph({self.num_nodes} nodes)"
+
+
+def read_only_view(array: np.ndarray) -> np.ndarray:
+    """A view of `array` that numpy refuses to write through (the data is not copied)."""
+    view = array.view()
+    view.flags.writeable = False
+    return view

@@ -9,7 +9,7 @@ from luminal.backends.cpu.lowering import dims_of
 from luminal.backends.cpu.runtime import CompiledGraph
 from luminal.dtype import DType
 from luminal.errors import CompileError
-from luminal.graph import Graph
+from luminal.graph import Graph, read_only_view
 from luminal.search.outputs import read_outputs
 from luminal.search.strategy import Expected, check_outputs
 from luminal.shape.tracker import ShapeTracker
@@ -17,9 +17,15 @@ from luminal.shape.tracker import ShapeTracker
 HALF_TOLERANCE = {DType.float16: (1e-2, 1e-2), DType.bfloat16: (5e-2, 5e-2)}
 
 
+def reference_copy(graph: Graph) -> Graph:
+    """The graph as it is before compiling, to run on the reference runtime: its
+    structure copied, its input arrays (weights) shared read-only, never copied."""
+    return graph.structure_copy()
+
+
 def check_inputs(graph: Graph, reference: Graph) -> dict[str, int]:
-    """Give every input without data seeded random data (the same arrays in both graphs)
-    and every unset dim the size 3; returns the dim map used."""
+    """Give every input without data seeded random data (the same array in both graphs,
+    read-only in the reference) and every unset dim the size 3; returns the dim map."""
     rng = np.random.default_rng(0)
     names = dims_of(reference)
     for name in names:
@@ -35,8 +41,8 @@ def check_inputs(graph: Graph, reference: Graph) -> dict[str, int]:
                 data = rng.uniform(-1, 1, shape).astype(node.dtype.numpy)
             else:
                 data = np.zeros(shape, dtype=node.dtype.numpy)
-            reference.input_data[node_id] = data
             graph.input_data[node_id] = data
+            reference.input_data[node_id] = read_only_view(data)
     return dims
 
 
