@@ -95,11 +95,11 @@ class MeasuringProcess:
         self,
         message: dict[str, Any],
         timeout: float,
-        shared: tuple[str, bytes] | None = None,
+        shared: tuple[str, Any] | None = None,
         until: float = math.inf,
     ) -> dict[str, Any]:
         """The child's reply, or {"status": "crashed" | "timeout", "detail": ...}.
-        `shared` (token, bytes) goes to the child only when it does not hold it yet.
+        `shared` (token, object) goes to the child only when it does not hold it yet.
         Nothing waits past `until` (perf_counter): a start-up included."""
         self.start()
         process = self.process
@@ -170,10 +170,10 @@ class MeasuringProcess:
         return None
 
     def attach_shared(
-        self, message: dict[str, Any], shared: tuple[str, bytes] | None
+        self, message: dict[str, Any], shared: tuple[str, Any] | None
     ) -> dict[str, Any]:
-        """`message` with the shared blob, or only its token when the current child
-        already holds it (a restarted child gets the blob again)."""
+        """`message` with the shared object, or only its token when the current child
+        already holds it (a restarted child gets the object again)."""
         if shared is None:
             return message
         token, blob = shared

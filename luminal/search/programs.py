@@ -4,7 +4,6 @@ e-graph (the static-cost best first, then the next cheapest and seeded samples).
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 
 from luminal.compiler.egraph import EGraphCompiler
@@ -25,8 +24,9 @@ def split_config(config: dict[str, str]) -> tuple[dict[str, str], dict[str, str]
 
 
 class ProgramAlternatives:
-    """Saturates every distinct region of `graph` once (on a copy) and keeps up to
-    `k + samples` programs per region; `apply` writes a chosen set into a graph."""
+    """Saturates every distinct region of `graph` once (on a structure copy: input arrays
+    are shared, never copied) and keeps up to `k + samples` programs per region; `apply`
+    writes a chosen set into a graph."""
 
     def __init__(
         self,
@@ -37,7 +37,7 @@ class ProgramAlternatives:
         seed: int = 0,
     ) -> None:
         self.rulesets = tuple(rulesets)
-        self.base = copy.deepcopy(graph)
+        self.base = graph.structure_copy()  # shares the input arrays: no weight is copied
         self.alternatives: list[list[Program]] = []
 
         def record(compiler: EGraphCompiler, index: int, program: Program) -> Program:
@@ -46,7 +46,7 @@ class ProgramAlternatives:
             self.alternatives.append(found)
             return found[0]
 
-        EGraphCompiler(self.rulesets, choose=record).compile(copy.deepcopy(graph))
+        EGraphCompiler(self.rulesets, choose=record).compile(graph.structure_copy())
         self.sites = [
             Site(f"{REGION_PREFIX}{i}", [f"{PROGRAM_PREFIX}{j}" for j in range(len(programs))], 1.0)
             for i, programs in enumerate(self.alternatives)
@@ -72,6 +72,6 @@ class ProgramAlternatives:
         graph.compile(GenericCompiler())
 
     def graph_for(self, config: Config) -> Graph:
-        graph = copy.deepcopy(self.base)
+        graph = self.base.structure_copy()
         self.apply(graph, config)
         return graph

@@ -42,13 +42,13 @@ class Site:
 @dataclass
 class Prepared:
     """A candidate ready to measure (`payload` is sent to the measuring process), or
-    the error that stopped it from compiling. `shared` is (token, bytes) of what many
+    the error that stopped it from compiling. `shared` is (token, object) of what many
     candidates have in common (the input arrays), sent once per measuring process."""
 
     config: Config
     payload: Any = None
     error: str | None = None
-    shared: tuple[str, bytes] | None = None
+    shared: tuple[str, Any] | None = None
 
 
 class SearchSpace(Protocol):

@@ -21,10 +21,10 @@ SHARED: dict[str, Any] = {}  # token -> object, the last one received
 def measure(request: dict[str, Any]) -> dict[str, Any]:
     shared = None
     if "shared" in request:  # the input arrays, sent once per measuring process
-        token, blob = request["shared"]
-        if blob is not None:
+        token, arrays = request["shared"]
+        if arrays is not None:
             SHARED.clear()
-            SHARED[token] = pickle.loads(blob)
+            SHARED[token] = arrays
         shared = SHARED[token]
     for module, function, args in request.get("setup", ()):
         getattr(importlib.import_module(module), function)(*args)

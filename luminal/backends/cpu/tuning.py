@@ -9,12 +9,13 @@ and checked against the reference runtime before it can be chosen.
 
 from __future__ import annotations
 
-import copy
 import pickle
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+
+import numpy as np
 
 from luminal.backends.cpu import toolchain
 from luminal.backends.cpu.codegen import KernelSource
@@ -217,18 +218,17 @@ class ProgramSpace:
 Builder = Callable[[Config], tuple[Graph, CompiledGraph]]
 
 
-def shared_inputs(graph: Graph) -> tuple[str, bytes]:
-    """The graph's input arrays (weights included) as one blob the measuring process
-    receives once, with a token naming it."""
-    return uuid.uuid4().hex, pickle.dumps(graph.input_data, protocol=pickle.HIGHEST_PROTOCOL)
+def shared_inputs(graph: Graph) -> tuple[str, dict[int, np.ndarray]]:
+    """The graph's input arrays (weights included), which the measuring process receives
+    once, with a token naming them. The arrays themselves, not a pickled copy: the
+    protocol writes them to the pipe from their own memory."""
+    return uuid.uuid4().hex, dict(graph.input_data)
 
 
 def without_inputs(graph: Graph) -> Graph:
-    """A shallow copy without input arrays: what one candidate sends."""
-    light = copy.copy(graph)
-    light.input_data = {}
-    light.buffers = {}
-    return light
+    """The graph's structure without input arrays, outputs or compiled program: what one
+    candidate sends (tensors it holds point at the copy, so no array rides along)."""
+    return graph.structure_copy(inputs=False)
 
 
 def prepare_candidates(
