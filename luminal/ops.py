@@ -164,6 +164,35 @@ class GraphBreak(Op):
     arity = 1
 
 
+# ---------------------------------------------------------------- lowered (backend-level)
+@dataclass(frozen=True)
+class Contract(Op):
+    """sum(a * b, axis) for two inputs read as views of one logical shape: a matrix
+    product with given strides. Never built by the frontend: the e-graph's `cpu` ruleset
+    lowers a recognised contraction to it, and backends run it as BLAS or a loop."""
+
+    axis: int
+    arity = 2
+
+    @property
+    def summed(self) -> tuple[int, ...]:
+        """The summed axes of the logical input shape, ascending."""
+        return (self.axis,)
+
+
+@dataclass(frozen=True)
+class ContractSum(Contract):
+    """sum(a * b) over `axis` and `outer`, two axes of the logical input shape along
+    which both operands vary: a weight gradient summed over the batch, one sgemm with
+    the batch merged into K instead of a product per batch index and a sum."""
+
+    outer: int
+
+    @property
+    def summed(self) -> tuple[int, ...]:
+        return tuple(sorted((self.axis, self.outer)))
+
+
 UNARY_OPS = (Log2, Exp2, Sin, Sqrt, Recip)
 BINARY_OPS = (Add, Mul, Mod, LessThan)
 REDUCE_OPS = (SumReduce, MaxReduce)
@@ -181,6 +210,9 @@ PRIMITIVES = (
     Function,
     GraphBreak,
 )
+# ops that lowering produces and every runtime runs, but no user graph holds (so autograd
+# and the encoders meet them only in lowered graphs)
+LOWERED_OPS = (Contract, ContractSum)
 
 
 def _describe(shapes: Sequence[Shape], dtypes: Sequence[DType]) -> str:

@@ -52,6 +52,13 @@ def test_every_primitive_has_a_row_or_a_reason(table: str) -> None:
     assert not stale, f"{table}: {stale} have a row and an excuse; drop the excuse"
 
 
+def test_lowered_ops_run_on_the_reference_and_differentiate() -> None:
+    """Contract/ContractSum are in the tables themselves (no backend module to import
+    first): the reference runs a lowered graph, autograd differentiates a Contract."""
+    assert all(op in KERNELS for op in ops.LOWERED_OPS)
+    assert ops.Contract in VJP_RULES
+
+
 def test_every_encoded_primitive_decodes() -> None:
     """The decoder's table holds a term for each primitive the encoder writes as one
     (Input and Iota travel as opaque sources, Function as an opaque function)."""

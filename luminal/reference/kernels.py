@@ -15,6 +15,7 @@ import numpy as np
 from luminal import ops
 from luminal.dtype import DType
 from luminal.errors import ExecutionError
+from luminal.reference.contraction import contract
 from luminal.shape.expr import Atom, Expr
 
 Kernel = Callable[[Any, list[np.ndarray], "KernelContext"], np.ndarray]
@@ -180,6 +181,15 @@ def _identity(op: Any, inputs: list[np.ndarray], ctx: KernelContext) -> np.ndarr
     return inputs[0]
 
 
+def _contract(op: ops.Contract, inputs: list[np.ndarray], ctx: KernelContext) -> np.ndarray:
+    return contract(inputs[0], inputs[1], op.axis)
+
+
+def _contract_sum(op: ops.ContractSum, inputs: list[np.ndarray], ctx: KernelContext) -> np.ndarray:
+    product = contract(inputs[0], inputs[1], op.axis)
+    return product.sum(axis=op.outer - (op.outer > op.axis), dtype=product.dtype)
+
+
 def _recip(x: np.ndarray) -> np.ndarray:
     return np.reciprocal(x) if x.dtype.kind == "f" else 1 / x
 
@@ -205,6 +215,8 @@ KERNELS: dict[type, Kernel] = {
     ops.Cast: _cast,
     ops.Function: _function,
     ops.GraphBreak: _identity,
+    ops.Contract: _contract,
+    ops.ContractSum: _contract_sum,
 }
 
 

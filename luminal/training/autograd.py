@@ -10,7 +10,6 @@ of the graph between the parameters and the loss is differentiated. See docs/aut
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -148,8 +147,8 @@ def _scatter(ctx: VJPContext) -> Grads:
 
 
 def _contract(ctx: VJPContext) -> Grads:
-    """The CPU backend's sum(a * b, axis): each side gets the gradient broadcast back
-    over the axis times the other side."""
+    """A lowered sum(a * b, axis) (`ops.Contract`): each side gets the gradient
+    broadcast back over the axis times the other side."""
     axis = ctx.node.op.axis
     a, b = ctx.input(0), ctx.input(1)
     spread = ctx.grad.expand_dim(axis, a.view.shape[axis])
@@ -185,6 +184,7 @@ VJP_RULES: dict[type, Rule] = {
     ops.Scatter: _scatter,
     ops.Cast: _cast,
     ops.Function: _not_differentiable,
+    ops.Contract: _contract,
 }
 
 # outputs that are piecewise constant in their inputs: no gradient flows into them
@@ -192,14 +192,9 @@ ZERO_GRADIENT = (ops.LessThan, ops.Constant, ops.Iota)
 
 
 def rule_for(op: ops.Op) -> Rule:
-    """The VJP rule of `op`'s type; backend ops register when their module is loaded."""
-    rule = VJP_RULES.get(type(op))
-    if rule is None and "luminal.backends.cpu.ops" in sys.modules:
-        from luminal.backends.cpu.ops import Contract
-
-        VJP_RULES.setdefault(Contract, _contract)
-        rule = VJP_RULES.get(type(op))
-    return rule or _not_differentiable
+    """The VJP rule of `op`'s type (a lowered Contract has one: a graph compiled once
+    may be differentiated again)."""
+    return VJP_RULES.get(type(op), _not_differentiable)
 
 
 # ---------------------------------------------------------------- the pass

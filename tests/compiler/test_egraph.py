@@ -16,7 +16,7 @@ from luminal.compiler.egraph.candidates import enumerate_programs
 from luminal.compiler.egraph.extract import SerializedEGraph, best_choice, decode_program
 from luminal.compiler.egraph.program import program_from_region, write_program
 from luminal.compiler.egraph.regions import split_regions
-from luminal.compiler.egraph.terms import Term
+from luminal.compiler.terms import Term
 from tests.compiler.strategies import GraphCase, assert_compiler_preserves, random_graphs
 from tests.conftest import uniform
 

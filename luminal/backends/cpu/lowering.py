@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from luminal import ops
-from luminal.backends.cpu import ops as cpu_ops
 from luminal.backends.cpu.blas import blas_contract_kernel
 from luminal.backends.cpu.codegen import KernelSource, NotRowLocal
 from luminal.backends.cpu.kernels import (
@@ -58,7 +57,7 @@ def lower_kernels(graph: Graph) -> Lowering:
         op = node.op
         if isinstance(op, ops.Function):
             continue
-        if isinstance(op, cpu_ops.Contract):
+        if isinstance(op, ops.Contract):
             blas = (
                 blas_contract_kernel(graph, node, materialised, dims)
                 if is_blas_contract(node)

@@ -16,7 +16,6 @@ from luminal.backends.cpu.codegen import KernelSource, _finish_source
 from luminal.backends.cpu.lowering import Lowering
 from luminal.backends.cpu.matmul_codegen import render_matmul
 from luminal.backends.cpu.matmul_schedule import Epilogue, MatmulSchedule
-from luminal.backends.cpu.ops import Contract
 from luminal.backends.cpu.tuning import KernelOption
 from luminal.dtype import DType
 from luminal.errors import CompileError
@@ -61,7 +60,7 @@ def matmul_problem(node: Node) -> MatmulProblem | None:
     """The product's sizes and layouts, or None unless it is a plain matrix product BLAS
     would read in place (the same axis classes and matrix tests as `blas.py`), with
     concrete sizes and the output laid out as (M rows, N columns)."""
-    if type(node.op) is not Contract or node.dtype != DType.float32:
+    if type(node.op) is not ops.Contract or node.dtype != DType.float32:
         return None
     a_edge, b_edge = node.inputs
     views = (a_edge.view, b_edge.view)

@@ -60,7 +60,7 @@ def is_blas_contract(node) -> bool:  # noqa: ANN001 - a Node
     M or N axis), so BLAS applies. Without one it is an elementwise product summed
     (a dot along rows), better fused as a loop; so is one whose BLAS call would pack a
     broadcast into a matrix larger than anything else it touches (`_packs_a_broadcast`)."""
-    if type(node.op).__name__ not in ("Contract", "ContractSum"):
+    if not isinstance(node.op, ops.Contract):
         return False
     views = [e.view for e in node.inputs]
     return not _packs_a_broadcast(node) and any(
@@ -97,7 +97,7 @@ def _size(shape, axes: list[int]):  # noqa: ANN001, ANN202 - Exprs
 
 
 def is_loop_contract(node) -> bool:  # noqa: ANN001 - a Node
-    return type(node.op).__name__ == "Contract" and not is_blas_contract(node)
+    return type(node.op) is ops.Contract and not is_blas_contract(node)
 
 
 def _repeats_elements(view) -> bool:  # noqa: ANN001 - a ShapeTracker

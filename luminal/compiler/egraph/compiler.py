@@ -26,9 +26,9 @@ from luminal.compiler.egraph.extract import (
 )
 from luminal.compiler.egraph.program import Program, program_from_region, write_program
 from luminal.compiler.egraph.regions import split_regions
-from luminal.compiler.egraph.terms import Term
 from luminal.compiler.passes import CommonSubexpressionElimination, DeadCodeElimination
 from luminal.compiler.rules import RULESETS
+from luminal.compiler.terms import Term
 from luminal.errors import CompileError
 from luminal.graph import Graph
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from luminal import ops
 from luminal.compiler.egraph.program import Instruction, Program
-from luminal.compiler.egraph.terms import Edge, EdgeList, Term, View
+from luminal.compiler.terms import Edge, EdgeList, Term, View
 from luminal.shape.tracker import Expand, Reshape, ShapeTracker
 
 

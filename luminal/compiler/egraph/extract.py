@@ -390,6 +390,31 @@ def _normalize(d: ProgramDecoder, n: ENode) -> Ref:
     return d.emit(ops.Mul(), [(x, ShapeTracker.contiguous(shape)), (inverse, spread)])
 
 
+def _lowered_contract(d: ProgramDecoder, n: ENode) -> Ref:
+    axis = d.literal(n.children[0])
+    a, b = d.edge(n.children[1]), d.edge(n.children[2])
+    shape = tuple(size for i, size in enumerate(a[1].shape) if i != axis)
+    return d.emit(ops.Contract(axis), [a, b], shape, d.dtype_of(a[0]))
+
+
+def _lowered_contract_sum(d: ProgramDecoder, n: ENode) -> Ref:
+    """One ContractSum when both operands vary along the outer axis (a batch axis, which
+    then joins K); otherwise the Contract and a SumReduce it stands for."""
+    axis, outer = d.literal(n.children[0]), d.literal(n.children[1])
+    a, b = d.edge(n.children[2]), d.edge(n.children[3])
+    full = tuple(a[1].shape)
+    outer_in = outer + (outer >= axis)  # the outer axis in the logical input shape
+    dtype = d.dtype_of(a[0])
+    varies = all(view.strides[outer_in] != 0 for _, view in (a, b))
+    if varies and full[outer_in] != 1:
+        shape = tuple(size for i, size in enumerate(full) if i not in (axis, outer_in))
+        return d.emit(ops.ContractSum(axis, outer_in), [a, b], shape, dtype)
+    product_shape = tuple(size for i, size in enumerate(full) if i != axis)
+    product = d.emit(ops.Contract(axis), [a, b], product_shape, dtype)
+    return d.emit(ops.SumReduce(outer), [(product, ShapeTracker.contiguous(product_shape))])
+
+
+# e-node name -> decoder; the lowered forms are those of rules/lowering.py
 TERM_DECODERS: dict[str, Callable[[ProgramDecoder, ENode], Ref]] = {
     "Term.boundary": lambda d, n: Ref(True, d.literal(n.children[0])),
     "Term.const": _const,
@@ -415,6 +440,8 @@ TERM_DECODERS: dict[str, Callable[[ProgramDecoder, ENode], Ref]] = {
     "Term.graph_break": _unary(ops.GraphBreak),
     "Term.contract": _contract,
     "Term.normalize": _normalize,
+    "cpu_contract": _lowered_contract,
+    "cpu_contract_sum": _lowered_contract_sum,
 }
 
 

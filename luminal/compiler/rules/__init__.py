@@ -1,7 +1,9 @@
 """Rewrite rules as typed egglog rulesets, one module per purpose.
 
-`RULESETS` maps a name to its ruleset; backends register lowering rulesets with
-`register_ruleset` (the hook for backend lowering rules and costs).
+`RULESETS` maps a name to its ruleset, every ruleset luminal has in one table: the
+generic ones and each backend's lowering (`cpu`: contractions to `ops.Contract`). A
+backend names the ones it compiles with (`Backend.rulesets`); `register_ruleset` adds
+one from outside luminal (a test, an experiment).
 """
 
 from __future__ import annotations
@@ -9,9 +11,10 @@ from __future__ import annotations
 from egglog import Ruleset
 
 from luminal.compiler.rules.algebra import algebra
+from luminal.compiler.rules.lowering import contractions
 from luminal.compiler.rules.structure import structure
 
-RULESETS: dict[str, Ruleset] = {"algebra": algebra, "structure": structure}
+RULESETS: dict[str, Ruleset] = {"algebra": algebra, "structure": structure, "cpu": contractions}
 
 
 def register_ruleset(name: str, ruleset: Ruleset) -> None:

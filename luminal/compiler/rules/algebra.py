@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from egglog import String, f64, rewrite, ruleset
 
-from luminal.compiler.egraph.terms import Edge, Term, View
+from luminal.compiler.terms import Edge, Term, View
 
 
 def _ident(term: Term) -> Edge:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from egglog import i64, rewrite, ruleset
 
-from luminal.compiler.egraph.terms import Edge, Term, View
+from luminal.compiler.terms import Edge, Term, View
 
 
 @ruleset
