@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from luminal import ops
 from luminal.backends.cpu import toolchain
 from luminal.backends.cpu.codegen import KernelSource
 from luminal.backends.cpu.lowering import Lowering, assemble, lower_kernels
@@ -114,8 +115,6 @@ def options_for(lowering: Lowering, node_id: int, dims: dict[str, int]) -> list[
 
 def estimated_seconds(lowering: Lowering, node_id: int, dims: dict[str, int]) -> float:
     """A rough time for the node's kernel: contractions by flops, the rest by bytes."""
-    from luminal.backends.cpu.ops import Contract
-
     node = lowering.graph.nodes[node_id]
 
     def size(shape: Sequence) -> int:
@@ -127,7 +126,7 @@ def estimated_seconds(lowering: Lowering, node_id: int, dims: dict[str, int]) ->
                 total *= 1
         return total
 
-    if isinstance(node.op, Contract):
+    if isinstance(node.op, ops.Contract):
         return 2 * size(node.inputs[0].view.shape) / FLOPS_PER_SECOND
     read = sum(size(e.view.shape) for e in node.inputs)
     return 4 * (size(node.shape) + read) / BYTES_PER_SECOND
