@@ -31,7 +31,7 @@ EXCLUDED_NAMES = {name for names in EXCLUDED.values() for name in names}
 FLOOR_TYPES = {TensorProto.FLOAT, TensorProto.INT32, TensorProto.INT64, TensorProto.BOOL}
 FLOOR_CASES = 1371
 # floor cases still excluded; lower it when a fix removes some, never raise it
-MAX_EXCLUDED_FLOOR = 236
+MAX_EXCLUDED_FLOOR = 172
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # the case generators warn about their own overflows
@@ -108,6 +108,13 @@ COMPILED_SAMPLE = [
     "test_softmax_axis_1",
     "test_gather_elements_1",
     "test_reduce_log_sum_exp_keepdims_random",
+    "test_resize_upsample_scales_cubic",
+    "test_resize_downsample_sizes_nearest",
+    "test_bitwise_and_i32_2d",
+    "test_bitshift_right_int32_shift_ge_width",
+    "test_top_k_same_values_2d",
+    "test_scatternd_max",
+    "test_reversesequence_batch",
 ]
 
 

@@ -8,11 +8,13 @@ from collections.abc import Callable
 
 from luminal.onnx.ops import (
     activations,
+    bitwise,
     elementwise,
     indexing,
     matmul,
     nn_ops,
     reductions,
+    resize,
     shape_ops,
 )
 
@@ -21,9 +23,11 @@ Rule = Callable[..., object]
 RULES: dict[str, Rule] = {
     **elementwise.RULES,
     **activations.RULES,
+    **bitwise.RULES,
     **reductions.RULES,
     **shape_ops.RULES,
     **indexing.RULES,
     **matmul.RULES,
     **nn_ops.RULES,
+    **resize.RULES,
 }

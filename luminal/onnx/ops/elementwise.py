@@ -214,14 +214,6 @@ def cast_like(ctx: NodeContext) -> GraphTensor:
     return cast_to(ctx.tensor(0), target)
 
 
-def _bit_shift(ctx: NodeContext) -> GraphTensor:
-    x, shift = ctx.tensor(0), ctx.tensor(1)
-    factor = (2 ** shift.cast(int32)).cast(x.dtype)
-    if ctx.attr("direction") == "LEFT":
-        return x * factor
-    return x // factor
-
-
 def _not(ctx: NodeContext) -> GraphTensor:
     return (1 - ctx.tensor(0).cast(int32)).cast(bool_)
 
@@ -274,7 +266,6 @@ RULES: dict[str, Rule] = {
     "Or": _logic(lambda a, b: (a + b).gt(0)),
     "Xor": _logic(lambda a, b: a.ne(b)),
     "Not": _not,
-    "BitShift": _bit_shift,
     "Where": _where,
     "Max": _variadic(_extreme("maximum")),
     "Min": _variadic(_extreme("minimum")),

@@ -6,13 +6,16 @@ beyond the model's own is materialised."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 from luminal import ops
 from luminal.dtype import int32
 from luminal.onnx.context import NodeContext
-from luminal.onnx.ops.common import axis_of, take, wrap_negative
+from luminal.onnx.ops.common import axis_of, select, take, wrap_negative
 from luminal.shape.expr import sym, var
 from luminal.tensor import GraphTensor
 
@@ -51,11 +54,29 @@ def _element_rows(data: GraphTensor, indices: GraphTensor, axis: int) -> GraphTe
     return base + picked * stride
 
 
+def gather_along(data: GraphTensor, indices: GraphTensor, axis: int) -> GraphTensor:
+    """numpy.take_along_axis (GatherElements): one flat gather."""
+    return data.reshape((-1,)).gather(_element_rows(data, indices, axis))
+
+
 def _gather_elements(ctx: NodeContext) -> GraphTensor:
     data, indices = ctx.tensor(0), ctx.tensor(1)
-    axis = axis_of(ctx.attr("axis", 0), data.ndim)
-    rows = _element_rows(data, indices, axis)
-    return data.reshape((-1,)).gather(rows)
+    return gather_along(data, indices, axis_of(ctx.attr("axis", 0), data.ndim))
+
+
+def _reverse_sequence(ctx: NodeContext) -> GraphTensor:
+    """Each batch entry's first lens[b] time steps reversed: time index t reads
+    lens - 1 - t where t < lens, else t (one GatherElements along the time axis)."""
+    x, lens = ctx.tensor(0), ctx.tensor(1).cast(int32)
+    time, batch = ctx.attr("time_axis", 0), ctx.attr("batch_axis", 1)
+    shape = [1] * x.ndim
+    shape[time] = x.view.shape[time]
+    t = x.graph.arange(x.view.shape[time]).reshape(tuple(shape)).expand(x.view.shape)
+    lens_shape = [1] * x.ndim
+    lens_shape[batch] = x.view.shape[batch]
+    lens = lens.reshape(tuple(lens_shape)).expand(x.view.shape)
+    source = t + t.lt(lens) * (lens - 1 - t * 2)
+    return gather_along(x, source, time)
 
 
 def _nd_rows(
@@ -104,9 +125,38 @@ def _scatter_rows(ctx: NodeContext, table: GraphTensor, rows: GraphTensor, updat
         delta = flat_updates - table.gather(flat_rows)
     elif reduction == "add":
         delta = flat_updates
+    elif reduction in _COMBINE:
+        return _scatter_combine(table, flat_rows, flat_updates, reduction)
     else:
-        raise ctx.unsupported(f"reduction={reduction!r} (luminal's Scatter only adds)")
+        raise ctx.unsupported(f"reduction={reduction!r}")
     return ctx.graph.add_node(ops.Scatter(), [table, flat_rows, delta.contiguous()])
+
+
+_COMBINE = {"mul": 1, "max": -math.inf, "min": math.inf}
+
+
+def _scatter_combine(
+    table: GraphTensor, rows: GraphTensor, updates: GraphTensor, reduction: str
+) -> GraphTensor:
+    """Scatter with reduction mul/max/min, which luminal's Scatter (an index-add) cannot
+    do: every row of `table` is compared with every update's row ((P, M) hits), the
+    updates aimed at it are reduced, the others replaced by the identity. Exact, and
+    O(P * M) work: fine for the index tensors models carry, not for huge ones."""
+    graph = table.graph
+    count, rest = table.view.shape[0], len(table.view.shape) - 1
+    here = graph.arange(count).reshape((count, 1)).eq(rows.reshape((1, -1)))
+    here = here.reshape((*here.view.shape, *([1] * rest)))
+    identity = _COMBINE[reduction]
+    if not table.dtype.is_float and reduction != "mul":
+        info = np.iinfo(np.int32)
+        identity = info.min if reduction == "max" else info.max
+    fill = graph.constant(identity, table.dtype)
+    candidates = select(here, updates.unsqueeze(0), fill)
+    if reduction == "mul":
+        return table * candidates.prod(1)
+    if reduction == "max":
+        return table.maximum(candidates.max(1))
+    return table.minimum(candidates.min(1))
 
 
 def _scatter_elements(ctx: NodeContext) -> GraphTensor:
@@ -127,6 +177,7 @@ RULES: dict[str, Rule] = {
     "Gather": _gather,
     "GatherElements": _gather_elements,
     "GatherND": _gather_nd,
+    "ReverseSequence": _reverse_sequence,
     "ScatterElements": _scatter_elements,
     "Scatter": _scatter_elements,
     "ScatterND": _scatter_nd,

@@ -5,9 +5,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from luminal.dtype import int32
+from luminal.dtype import bool_, int32
+from luminal.hl.combine import concat
 from luminal.onnx.context import NodeContext
-from luminal.onnx.ops.common import as_float, axis_of, full, reverse
+from luminal.onnx.ops.common import as_float, axis_of, full, reverse, select
+from luminal.onnx.ops.indexing import gather_along
 from luminal.tensor import GraphTensor
 
 Rule = Callable[[NodeContext], object]
@@ -39,6 +41,14 @@ def _axes(ctx: NodeContext, x: GraphTensor, name: str) -> tuple[int, ...] | None
             return None
         return tuple(range(x.ndim))
     return tuple(sorted({axis_of(a, x.ndim) for a in axes}))
+
+
+def _empty(x: GraphTensor, name: str, shape: tuple) -> GraphTensor:
+    """A reduction over no elements: numpy's identity (for bool Max/Min, False/True)."""
+    if x.dtype == bool_ and name in ("ReduceMax", "ReduceMin"):
+        return full(x.graph, name == "ReduceMin", shape, bool_)
+    dtype = x.dtype if x.dtype.is_float else "float32"
+    return full(x.graph, _EMPTY[name], shape, dtype).cast(x.dtype)
 
 
 def _max(x: GraphTensor, axes: tuple[int, ...]) -> GraphTensor:
@@ -79,10 +89,7 @@ def _reduce_rule(name: str) -> Rule:
         keepdims = bool(ctx.attr("keepdims", 1))
         reduced_shape = tuple(1 if i in axes else d for i, d in enumerate(x.view.shape))
         if any(x.view.shape[a].as_int() == 0 for a in axes):
-            result = full(
-                x.graph, _EMPTY[name], reduced_shape, x.dtype if x.dtype.is_float else "float32"
-            )
-            result = result.cast(x.dtype)
+            result = _empty(x, name, reduced_shape)
         else:
             result = _BODIES[name](x, axes)
             result = result.cast(x.dtype)
@@ -111,6 +118,35 @@ def _arg_rule(name: str) -> Rule:
     return rule
 
 
+def _top_k(ctx: NodeContext) -> list[GraphTensor]:
+    """TopK by k rounds of argmax (the first of equal values wins, as ONNX asks), each
+    round masking the position it took: O(k n), for the small k models use. Values are
+    gathered from the input at the chosen indices, so they are exact."""
+    x = ctx.tensor(0)
+    k = int(ctx.static_ints(1, "k")[0]) if ctx.opset >= 10 else int(ctx.attr("k"))
+    axis = axis_of(ctx.attr("axis", -1), x.ndim)
+    work = as_float(x) if ctx.attr("largest", 1) else -as_float(x)
+    size = x.view.shape[axis]
+    shape = [1] * x.ndim
+    shape[axis] = size
+    positions = x.graph.arange(size).reshape(tuple(shape))
+    taken = []
+    for step in range(k):
+        index = work.argmax(axis, keepdim=True)
+        taken.append(index)
+        if step + 1 < k:
+            work = select(positions.eq(index), x.graph.constant(-math.inf, work.dtype), work)
+    indices = concat(taken, axis) if taken else _no_indices(x, axis)
+    return [gather_along(x, indices, axis), indices]
+
+
+def _no_indices(x: GraphTensor, axis: int) -> GraphTensor:
+    shape = list(x.view.shape)
+    shape[axis] = 0
+    return full(x.graph, 0, shape, int32)
+
+
 RULES: dict[str, Rule] = {name: _reduce_rule(name) for name in _BODIES}
 RULES["ArgMax"] = _arg_rule("ArgMax")
 RULES["ArgMin"] = _arg_rule("ArgMin")
+RULES["TopK"] = _top_k
