@@ -7,10 +7,12 @@ import numpy as np
 import pytest
 
 import luminal as lm
+from luminal import ops
 from luminal.backends.cpu.compiler import RULESETS
-from luminal.backends.cpu.matmul_options import SEARCHED_SCHEDULES, match_epilogue, matmul_problem
+from luminal.backends.cpu.matmul_options import SEARCHED_SCHEDULES, matmul_problem
 from luminal.backends.cpu.tuning import CpuSearchSpace
 from luminal.compiler.egraph import EGraphCompiler
+from luminal.schedule.epilogue import match_epilogue
 
 
 def _space(cx: lm.Graph) -> CpuSearchSpace:
@@ -72,7 +74,7 @@ def test_batched_and_symbolic_products_are_not_offered() -> None:
     (a @ b).retrieve()
     space = _space(cx)
     assert not [o for s in space.sites for o in s.options if o.startswith("gen")]
-    contract = next(n for n in cx.nodes.values() if type(n.op).__name__ == "Contract")
+    contract = next(n for n in cx.nodes.values() if type(n.op) is ops.Contract)
     assert matmul_problem(contract) is None
 
 
@@ -91,8 +93,10 @@ def test_epilogue_recognised_from_a_linear_layer() -> None:
     (linear(x) + residual).relu().retrieve()
     space = _space(cx)
     lowering = space.lowering({})
-    contract = next(n for n in cx.nodes.values() if type(n.op).__name__ == "Contract")
-    fused = match_epilogue(lowering, contract.id)
+    contract = next(n for n in cx.nodes.values() if type(n.op) is ops.Contract)
+    fused = match_epilogue(
+        lowering.graph, lowering.kernel_nodes, lowering.materialised, contract.id
+    )
     assert fused is not None
     assert (fused.epilogue.bias, fused.epilogue.activation, fused.epilogue.residual) == (
         "row",

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import numpy as np
 
 import luminal as lm
-from luminal.backends.cpu.schedule import MAX_FUSED_DEPTH
+from luminal.schedule.fusion import MAX_FUSED_DEPTH
 
 # the largest generated kernel allowed for the long sum: the whole sum used to be one
 # 600 KB expression; each kernel now holds at most MAX_FUSED_DEPTH of its terms

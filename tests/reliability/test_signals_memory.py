@@ -224,7 +224,7 @@ def _big_output_graph() -> tuple[lm.Graph, lm.GraphTensor]:
 MEMORY_SCRIPT = """
     import json, resource, sys, numpy as np, luminal as lm
     from tests.reliability import test_signals_memory as t
-    from luminal.backends.cpu import memory
+    from luminal.schedule import memory
     failing_malloc = sys.argv[1] == "malloc"
     cx, product, _ = t._broadcast_product_graph()
     cx.compile(lm.CPUCompiler())

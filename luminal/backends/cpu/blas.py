@@ -32,6 +32,7 @@ from luminal.backends.cpu.codegen import (
 from luminal.dtype import DType
 from luminal.graph import Edge, Graph, Node
 from luminal.kernel.indexing import flat_index
+from luminal.schedule.contraction import classify, matrix_layout, merged_axes
 from luminal.shape.expr import ONE, ZERO, Expr
 from luminal.shape.tracker import contiguous_strides
 
@@ -49,75 +50,6 @@ def _prototype() -> str:
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 FLIP = {NO_TRANS: TRANS, TRANS: NO_TRANS}
-
-
-def _at_least(a: Expr, b: Expr) -> bool:
-    return (a - b).bounds()[0] >= 0
-
-
-def _matrix(rows: Expr, cols: Expr, s_rows: Expr, s_cols: Expr) -> tuple[int, Expr] | None:
-    """(transpose flag, leading dimension) for a row-major BLAS operand, or None. The
-    leading dimension must be provably at least the row length: overlapping windows
-    (pooling views) have a smaller one and are packed instead."""
-    if cols == 1 or s_cols == 1:
-        ld = s_rows if rows != 1 else cols
-        return (NO_TRANS, ld) if _at_least(ld, cols) and _at_least(ld, ONE) else None
-    if rows == 1 or s_rows == 1:
-        ld = s_cols if cols != 1 else rows
-        return (TRANS, ld) if _at_least(ld, rows) and _at_least(ld, ONE) else None
-    return None
-
-
-def _group(
-    axes: Sequence[int], shape: Sequence[Expr], strides: Sequence[Expr] | dict
-) -> tuple[Expr, Expr] | None:
-    """(size, stride of the innermost axis) of axes that read as one row-major dimension
-    through `strides` (every stride nonzero, each the next one's times its size);
-    (1, 0) for no axes; None when they do not merge."""
-    if not axes:
-        return ONE, ZERO
-    size = ONE
-    for d in axes:
-        size = size * shape[d]
-        if strides[d] == 0:
-            return None
-    for outer, inner in zip(axes, axes[1:], strict=False):
-        if strides[outer] != strides[inner] * shape[inner]:
-            return None
-    return size, strides[axes[-1]]
-
-
-@dataclass
-class Axes:
-    """The contraction's axes by class, each list in logical order."""
-
-    batch: list[int]
-    m: list[int]
-    n: list[int]
-    k: list[int]
-
-
-def classify(shape: Sequence[Expr], summed: Sequence[int], views: Sequence) -> Axes | None:
-    """Split the logical axes (size-1 axes dropped) into batch, M, N and K; None when the
-    output would be broadcast along an axis (neither operand varies along it)."""
-    axes = Axes([], [], [], [])
-    sa, sb = views[0].strides, views[1].strides
-    for d in range(len(shape)):
-        if shape[d] == 1:
-            continue
-        if d in summed:
-            axes.k.append(d)
-            continue
-        a_var, b_var = sa[d] != 0, sb[d] != 0
-        if a_var and b_var:
-            axes.batch.append(d)
-        elif a_var:
-            axes.m.append(d)
-        elif b_var:
-            axes.n.append(d)
-        else:
-            return None
-    return axes
 
 
 @dataclass
@@ -144,8 +76,8 @@ def blas_contract_kernel(
         return None  # a dot product per output element: a fused loop does better
     out_axes = [d for d in range(len(shape)) if d not in summed]
     out_strides = dict(zip(out_axes, contiguous_strides(node.shape), strict=True))
-    m_group = _group(axes.m, shape, out_strides)
-    n_group = _group(axes.n, shape, out_strides)
+    m_group = merged_axes(axes.m, shape, out_strides)
+    n_group = merged_axes(axes.n, shape, out_strides)
     if m_group is None or n_group is None:
         return None
     (m, sc_m), (n, sc_n) = m_group, n_group
@@ -309,17 +241,18 @@ def _in_place(
     if source.id not in materialised and not isinstance(source.op, ops.Input):
         return None
     shape = view.shape
-    row_group = _group(rows, shape, view.strides)
-    col_group = _group(cols, shape, view.strides)
+    row_group = merged_axes(rows, shape, view.strides)
+    col_group = merged_axes(cols, shape, view.strides)
     if row_group is None or col_group is None:
         return None
-    matrix = _matrix(row_group[0], col_group[0], row_group[1], col_group[1])
+    matrix = matrix_layout(row_group[0], col_group[0], row_group[1], col_group[1])
     if matrix is None:
         return None
     offset = view.offset + sum(
         (i * view.strides[d] for i, d in zip(index, batch, strict=True)), ZERO
     )
-    return Operand(writer.buffer(source.id), offset, matrix[0], matrix[1])
+    transposed, ld = matrix
+    return Operand(writer.buffer(source.id), offset, TRANS if transposed else NO_TRANS, ld)
 
 
 def _pack(

@@ -19,10 +19,10 @@ from luminal.backends.cpu.codegen import (
     _store,
     c_expr,
 )
-from luminal.backends.cpu.schedule import UNROLL_LIMIT
 from luminal.dtype import DType
 from luminal.graph import Graph, Node
 from luminal.kernel.indexing import flat_index
+from luminal.schedule.fusion import UNROLL_LIMIT
 from luminal.shape.expr import ZERO, Expr, sym
 
 

@@ -17,10 +17,11 @@ from luminal.backends.cpu.kernels import (
     scatter_kernel,
 )
 from luminal.backends.cpu.runtime import CompiledGraph, Segment
-from luminal.backends.cpu.schedule import is_blas_contract, row_groups, schedule
 from luminal.custom import CustomKernel
 from luminal.graph import Graph
 from luminal.kernel.indexing import dims_of
+from luminal.schedule.contraction import is_blas_contract
+from luminal.schedule.fusion import plan_fusion
 
 
 @dataclass
@@ -36,14 +37,19 @@ class Lowering:
     materialised: set[int]
     dims: list[str]
 
+    @property
+    def kernel_nodes(self) -> dict[int, list[int]]:
+        """Each kernel's head (the node it writes) -> the graph nodes it computes."""
+        return {head: kernel.nodes for head, kernel in self.kernels.items()}
+
 
 def lower_kernels(graph: Graph) -> Lowering:
     """The static (mode="fast") kernel for every materialised node."""
-    plan = schedule(graph)
+    plan = plan_fusion(graph)
     materialised = set(plan.materialised) | set(plan.inputs)
     dims = dims_of(graph)
     kernels: dict[int, KernelSource] = {}
-    for head, absorbed in row_groups(graph, plan).items():
+    for head, absorbed in plan.row_groups.items():
         try:
             kernels[head] = row_kernel(graph, graph.nodes[head], absorbed, materialised, dims)
         except NotRowLocal:

@@ -18,12 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from luminal.backends.cpu.matmul_schedule import (
-    Epilogue,
     MatmulSchedule,
     default_schedules,
     schedule_space,
 )
 from luminal.errors import LuminalError
+from luminal.schedule.epilogue import Epilogue
 
 __all__ = ["Epilogue", "MatmulSchedule", "default_schedules", "render_matmul", "schedule_space"]
 

@@ -12,8 +12,9 @@ import numpy as np
 from luminal.backends.cpu import toolchain
 from luminal.backends.cpu.codegen import PRELUDE
 from luminal.backends.cpu.matmul_codegen import render_matmul
-from luminal.backends.cpu.matmul_schedule import Epilogue, MatmulSchedule
+from luminal.backends.cpu.matmul_schedule import MatmulSchedule
 from luminal.errors import LuminalError
+from luminal.schedule.epilogue import Epilogue
 
 _ARGUMENT_TYPES = [ctypes.c_void_p] * 5
 

@@ -11,15 +11,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from luminal import ops
-from luminal.backends.cpu.blas import TRANS, _group, _matrix, classify
 from luminal.backends.cpu.codegen import KernelSource, _finish_source
 from luminal.backends.cpu.lowering import Lowering
 from luminal.backends.cpu.matmul_codegen import render_matmul
-from luminal.backends.cpu.matmul_schedule import Epilogue, MatmulSchedule
+from luminal.backends.cpu.matmul_schedule import MatmulSchedule
 from luminal.backends.cpu.tuning import KernelOption
 from luminal.dtype import DType
 from luminal.errors import CompileError
-from luminal.graph import Edge, Graph, Node
+from luminal.graph import Node
+from luminal.schedule.contraction import classify, matrix_layout, merged_axes
+from luminal.schedule.epilogue import Epilogue, FusedEpilogue, match_epilogue
 from luminal.shape.tracker import contiguous_strides
 
 # the schedules offered per product, from timing the whole space (matmul_measure) at
@@ -75,10 +76,10 @@ def matmul_problem(node: Node) -> MatmulProblem | None:
     (k_axis,) = axes.k
     out_axes = [d for d in range(len(shape)) if d != k_axis]
     out_strides = dict(zip(out_axes, contiguous_strides(node.shape), strict=True))
-    groups = [_group(axes.m, shape, out_strides), _group(axes.n, shape, out_strides)]
+    groups = [merged_axes(axes.m, shape, out_strides), merged_axes(axes.n, shape, out_strides)]
     a_rows, b_cols = (
-        _group(axes.m, shape, views[0].strides),
-        _group(axes.n, shape, views[1].strides),
+        merged_axes(axes.m, shape, views[0].strides),
+        merged_axes(axes.n, shape, views[1].strides),
     )
     if any(g is None for g in (*groups, a_rows, b_cols)):
         return None
@@ -86,128 +87,19 @@ def matmul_problem(node: Node) -> MatmulProblem | None:
     if (axes.m and sc_m != n) or (axes.n and sc_n != 1):
         return None  # the output is not (M rows, N columns) row-major
     k = shape[k_axis]
-    a = _matrix(m, k, a_rows[1], views[0].strides[k_axis])
-    b = _matrix(k, n, views[1].strides[k_axis], b_cols[1])
+    a = matrix_layout(m, k, a_rows[1], views[0].strides[k_axis])
+    b = matrix_layout(k, n, views[1].strides[k_axis], b_cols[1])
     if a is None or b is None:
         return None
     values = [_int(x) for x in (m, n, k, a[1], b[1], views[0].offset, views[1].offset)]
     if any(v is None for v in values):
         return None
     m_, n_, k_, lda, ldb, a_offset, b_offset = values
-    return MatmulProblem(m_, n_, k_, a[0] == TRANS, b[0] == TRANS, lda, ldb, a_offset, b_offset)
+    return MatmulProblem(m_, n_, k_, a[0], b[0], lda, ldb, a_offset, b_offset)
 
 
-@dataclass(frozen=True)
-class FusedEpilogue:
-    """A consumer kernel the product can absorb: c = relu?(a @ b + bias + residual)."""
-
-    consumer: int
-    epilogue: Epilogue
-    bias: tuple[int, int] | None  # (source node, element offset)
-    residual: tuple[int, int, int] | None  # (source node, element offset, row stride)
-
-
-def _is_buffer(graph: Graph, lowering: Lowering, node_id: int) -> bool:
-    return node_id in lowering.materialised or isinstance(graph.nodes[node_id].op, ops.Input)
-
-
-def match_epilogue(lowering: Lowering, product: int) -> FusedEpilogue | None:
-    """The single reader of `product` when it computes relu?(product + bias + residual)
-    with a row (length-N) bias and/or an M x N residual, all float32 buffers."""
-    graph = lowering.graph
-    readers = graph.readers()[product]
-    consumer_kernel = None
-    for head, kernel in lowering.kernels.items():
-        if readers and readers <= set(kernel.nodes) and head in lowering.materialised:
-            consumer_kernel = (head, kernel)
-    if consumer_kernel is None or product in graph.output_roots():
-        return None
-    head, kernel = consumer_kernel
-    node = graph.nodes[head]
-    shape = tuple(_int(d) for d in node.shape)
-    if node.dtype != DType.float32 or shape != tuple(_int(d) for d in graph.nodes[product].shape):
-        return None
-    activation = "none"
-    if isinstance(node.op, ops.MaxReduce):  # relu: max over the pair (x, padding 0)
-        (edge,) = node.inputs
-        view = edge.view
-        if not (
-            node.op.axis == len(view.shape) - 1
-            and view.shape[-1] == 2
-            and view.strides[-1] == 0
-            and view.mask is not None
-            and tuple(_int(x) for x in view.mask[-1]) == (0, 1)
-            and all(_int(lo) == 0 for lo, _ in view.mask[:-1])
-        ):
-            return None
-        activation, top = "relu", edge.source
-        if view.offset != 0 or tuple(view.strides[:-1]) != tuple(contiguous_strides(node.shape)):
-            return None
-    else:
-        top = head
-    others: list[Edge] = []
-    if top != product:  # relu(product) alone has no sum to take apart
-        terms: list[Edge] = []
-        if not _flatten_adds(graph, top, set(kernel.nodes), terms, shape):
-            return None
-        product_terms = [e for e in terms if e.source == product]
-        others = [e for e in terms if e.source != product]
-        if len(product_terms) != 1 or not _identity(product_terms[0], shape):
-            return None
-    bias = residual = None
-    for edge in others:
-        source = graph.nodes[edge.source]
-        if source.dtype != DType.float32 or not _is_buffer(graph, lowering, edge.source):
-            return None
-        strides = [_int(s) for s in edge.view.strides]
-        offset = _int(edge.view.offset)
-        if edge.view.mask is not None or offset is None or None in strides or strides[-1] != 1:
-            return None
-        if all(s == 0 for s in strides[:-1]) and bias is None:
-            bias = (edge.source, offset)
-        elif len(shape) >= 2 and _rows_merge(strides, shape) and residual is None:
-            residual = (edge.source, offset, strides[-2])
-        else:
-            return None
-    if bias is None and residual is None and activation == "none":
-        return None
-    epilogue = Epilogue("row" if bias else "none", activation, residual is not None)
-    return FusedEpilogue(head, epilogue, bias, residual)
-
-
-def _rows_merge(strides: list[int], shape: tuple) -> bool:
-    """Leading axes that step as one row index (row stride at least the row length)."""
-    if strides[-2] < shape[-1]:
-        return False
-    return all(strides[i] == strides[i + 1] * shape[i + 1] for i in range(len(shape) - 2))
-
-
-def _identity(edge: Edge, shape: tuple) -> bool:
-    view = edge.view
-    return (
-        view.mask is None
-        and _int(view.offset) == 0
-        and tuple(_int(d) for d in view.shape) == shape
-        and tuple(_int(s) for s in view.strides) == tuple(contiguous_strides(shape))
-    )
-
-
-def _flatten_adds(
-    graph: Graph, node_id: int, inside: set[int], terms: list[Edge], shape: tuple
-) -> bool:
-    """The terms of a tree of Adds computed inside the consumer kernel."""
-    node = graph.nodes[node_id]
-    if not isinstance(node.op, ops.Add):
-        return False
-    for edge in node.inputs:
-        if edge.source in inside and isinstance(graph.nodes[edge.source].op, ops.Add):
-            if not _identity(edge, shape):
-                return False
-            if not _flatten_adds(graph, edge.source, inside, terms, shape):
-                return False
-        else:
-            terms.append(edge)
-    return True
+def _epilogue(lowering: Lowering, product: int) -> FusedEpilogue | None:
+    return match_epilogue(lowering.graph, lowering.kernel_nodes, lowering.materialised, product)
 
 
 def generated_kernel(
@@ -269,7 +161,7 @@ def matmul_options(lowering: Lowering, node_id: int, dims: dict[str, int]) -> li
     problem = matmul_problem(lowering.graph.nodes[node_id])
     if problem is None or node_id not in lowering.kernels:
         return []
-    fusable = match_epilogue(lowering, node_id) is not None
+    fusable = _epilogue(lowering, node_id) is not None
     options = []
     for schedule in SEARCHED_SCHEDULES:
         options.append(KernelOption(f"gen:{schedule.key()}", _apply(problem, schedule, False)))
@@ -282,7 +174,7 @@ def matmul_options(lowering: Lowering, node_id: int, dims: dict[str, int]) -> li
 
 def _apply(problem: MatmulProblem, schedule: MatmulSchedule, fuse: bool):  # noqa: ANN202
     def apply(lowering: Lowering, node_id: int) -> None:
-        fused = match_epilogue(lowering, node_id) if fuse else None
+        fused = _epilogue(lowering, node_id) if fuse else None
         if fuse and fused is None:
             raise CompileError(f"search: the reader of node {node_id} is no longer fusable")
         kernel = generated_kernel(lowering, node_id, problem, schedule, fused)

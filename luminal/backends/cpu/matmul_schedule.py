@@ -1,5 +1,6 @@
-"""The knobs of a generated matmul (`MatmulSchedule`), what it fuses after the product
-(`Epilogue`), and the list of schedules worth measuring on this kind of machine."""
+"""The knobs of a generated matmul (`MatmulSchedule`) and the list of schedules worth
+measuring on this kind of machine. What it fuses after the product (`Epilogue`) belongs
+to the schedule layer: luminal/schedule/epilogue.py."""
 
 from __future__ import annotations
 
@@ -65,31 +66,6 @@ class MatmulSchedule:
 
     def __str__(self) -> str:
         return self.key()
-
-
-@dataclass(frozen=True)
-class Epilogue:
-    """What is fused after the product: `bias` "row" adds a length-N vector to every row,
-    "col" a length-M vector to every column; `residual` adds an M x N matrix (leading
-    dimension `ldr`, default N; it must not alias c); `activation` "relu" keeps NaN."""
-
-    bias: str = "none"
-    activation: str = "none"
-    residual: bool = False
-
-    def __post_init__(self) -> None:
-        if self.bias not in ("none", "row", "col"):
-            raise LuminalError(f"Epilogue.bias must be 'none', 'row' or 'col', got {self.bias!r}")
-        if self.activation not in ("none", "relu"):
-            raise LuminalError(f"Epilogue.activation must be 'none' or 'relu': {self.activation!r}")
-
-    def describe(self, product: str = "a @ b") -> str:
-        value = product
-        if self.bias != "none":
-            value += f" + bias[{'N' if self.bias == 'row' else 'M'}]"
-        if self.residual:
-            value += " + residual"
-        return f"relu({value})" if self.activation == "relu" else value
 
 
 # the search space: mr, nr, mc, nc, kc, vector_bits, unroll, parallel, pack_a, pack_b

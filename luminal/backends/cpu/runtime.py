@@ -27,18 +27,18 @@ import numpy as np
 from luminal import ops
 from luminal.backends.cpu import toolchain
 from luminal.backends.cpu.codegen import ALLOC_FAULT, PRELUDE, KernelSource
-from luminal.backends.cpu.memory import (
+from luminal.errors import ExecutionError, format_shape
+from luminal.graph import Graph
+from luminal.reference.executor import resolve_dims
+from luminal.reference.kernels import KERNELS, KernelContext, compute_dtype
+from luminal.reference.views import read_view
+from luminal.schedule.memory import (
     MemoryPlan,
     check_fits,
     footprint,
     liveness,
     plan_memory,
 )
-from luminal.errors import ExecutionError, format_shape
-from luminal.graph import Graph
-from luminal.reference.executor import resolve_dims
-from luminal.reference.kernels import KERNELS, KernelContext, compute_dtype
-from luminal.reference.views import read_view
 
 TIMING_HELPERS = r"""#include <stdio.h>
 #include <time.h>

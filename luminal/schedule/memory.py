@@ -12,15 +12,23 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from luminal.errors import OutOfMemoryError, format_shape
 
 if TYPE_CHECKING:
-    from luminal.backends.cpu.codegen import KernelSource
     from luminal.graph import Graph
+    from luminal.shape.expr import Expr
 
 ALIGNMENT = 64
+
+
+class ScratchUser(Protocol):
+    """What the plan needs of a kernel: the node it writes (`buffers[0]`) and the bytes
+    it allocates while it runs, as expressions of the dims."""
+
+    buffers: list[int]
+    scratch: tuple[Expr, ...]
 
 
 @dataclass
@@ -131,7 +139,7 @@ def footprint(
     plan: MemoryPlan,
     intermediates: Mapping[int, int],
     outputs: Mapping[int, int],
-    kernels: Iterable[KernelSource],
+    kernels: Iterable[ScratchUser],
     dims: Mapping[str, int],
 ) -> Footprint:
     """The footprint of a run with `dims`; kernel scratch is evaluated from its dims."""

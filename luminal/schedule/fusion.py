@@ -19,8 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from luminal import ops
+from luminal.custom import CustomKernel
 from luminal.graph import Graph
-from luminal.shape.expr import ONE
+from luminal.schedule.contraction import is_blas_contract, is_loop_contract
 from luminal.shape.tracker import Pool
 
 ELEMENTWISE = (
@@ -53,51 +54,6 @@ def is_short_reduce(node) -> bool:  # noqa: ANN001 - a Node
         return False
     size = node.inputs[0].view.shape[node.op.axis].as_int()
     return size is not None and size <= SHORT_REDUCE
-
-
-def is_blas_contract(node) -> bool:  # noqa: ANN001 - a Node
-    """A Contract with a real matrix shape: one operand is broadcast along some axis (an
-    M or N axis), so BLAS applies. Without one it is an elementwise product summed
-    (a dot along rows), better fused as a loop; so is one whose BLAS call would pack a
-    broadcast into a matrix larger than anything else it touches (`_packs_a_broadcast`)."""
-    if not isinstance(node.op, ops.Contract):
-        return False
-    views = [e.view for e in node.inputs]
-    return not _packs_a_broadcast(node) and any(
-        (a == 0) != (b == 0)
-        for a, b, d in zip(views[0].strides, views[1].strides, views[0].shape, strict=True)
-        if d != 1
-    )
-
-
-def _packs_a_broadcast(node) -> bool:  # noqa: ANN001 - a Node
-    """Whether an operand is broadcast along a summed axis and its packed matrix (its own
-    axes times K) would outgrow both the other operand and the output: (u * v).sum() with
-    u (n, 1) and v (1, n) would pack n x n numbers for 2n, where the loop needs none."""
-    views = [e.view for e in node.inputs]
-    shape = views[0].shape
-    summed = node.op.summed
-    output = _size(shape, [d for d in range(len(shape)) if d not in summed])
-    spans = [
-        _size(shape, [d for d in range(len(shape)) if d in summed or v.strides[d] != 0])
-        for v in views
-    ]
-    for view, span, other in zip(views, spans, reversed(spans), strict=True):
-        broadcast = any(view.strides[d] == 0 and shape[d] != 1 for d in summed)
-        if broadcast and not any((bound - span).bounds()[0] >= 0 for bound in (other, output)):
-            return True
-    return False
-
-
-def _size(shape, axes: list[int]):  # noqa: ANN001, ANN202 - Exprs
-    total = ONE
-    for d in axes:
-        total = total * shape[d]
-    return total
-
-
-def is_loop_contract(node) -> bool:  # noqa: ANN001 - a Node
-    return type(node.op) is ops.Contract and not is_blas_contract(node)
 
 
 def _repeats_elements(view) -> bool:  # noqa: ANN001 - a ShapeTracker
@@ -145,15 +101,29 @@ def fused_size(node, inline: dict[int, Fused]) -> Fused:  # noqa: ANN001 - a Nod
 
 
 @dataclass
-class Schedule:
+class FusionPlan:
+    """Every fusion decision for one graph: which nodes have a buffer (and a kernel),
+    which are inlined into their reader, and which row reductions a head's kernel
+    absorbs. Backends lower from this; none decides fusion on its own."""
+
     order: list[int]  # nodes the outputs need, producers first
     materialised: list[int]  # nodes with a buffer, in execution order (inputs excluded)
     inputs: list[int]
     inlined: set[int] = field(default_factory=set)
     split: set[int] = field(default_factory=set)  # materialised only to bound fusion
+    # head -> materialised nodes its kernel computes as per-row stages (`row_groups`)
+    row_groups: dict[int, list[int]] = field(default_factory=dict)
 
 
-def schedule(graph: Graph) -> Schedule:
+def plan_fusion(graph: Graph) -> FusionPlan:
+    """The fusion plan of a graph (after the e-graph): inlining, bounded by the fusion
+    limits, then row groups."""
+    plan = _inline_or_materialise(graph)
+    plan.row_groups = row_groups(graph, plan)
+    return plan
+
+
+def _inline_or_materialise(graph: Graph) -> FusionPlan:
     roots = graph.output_roots()
     order = graph.execution_order(roots)
     reads: dict[int, list] = {}
@@ -164,11 +134,7 @@ def schedule(graph: Graph) -> Schedule:
     # ops that need their operands as whole buffers (Python functions, BLAS operands)
     for node_id in order:
         node = graph.nodes[node_id]
-        if (
-            is_blas_contract(node)
-            or isinstance(node.op, ops.Function | ops.Scatter)
-            or (type(node.op).__name__ == "CustomKernel")
-        ):
+        if is_blas_contract(node) or isinstance(node.op, ops.Function | ops.Scatter | CustomKernel):
             root_set.update(edge.source for edge in node.inputs)
     inputs: list[int] = []
     inlined: dict[int, Fused] = {}  # inlined node -> its expression where it is read
@@ -190,7 +156,7 @@ def schedule(graph: Graph) -> Schedule:
     materialised = [
         n for n in order if n not in inlined and not isinstance(graph.nodes[n].op, ops.Input)
     ]
-    return Schedule(order, materialised, inputs, set(inlined), split)
+    return FusionPlan(order, materialised, inputs, set(inlined), split)
 
 
 def _bounded(node, inlined: dict[int, Fused], split: set[int]) -> Fused:  # noqa: ANN001
@@ -221,7 +187,7 @@ def _is_row_scalar(graph: Graph, node_id: int, outer: tuple, inner) -> bool:  # 
     return isinstance(node.op, ELEMENTWISE) and tuple(node.shape) in (outer, (*outer, 1))
 
 
-def row_groups(graph: Graph, plan: Schedule) -> dict[int, list[int]]:
+def row_groups(graph: Graph, plan: FusionPlan) -> dict[int, list[int]]:
     """Fuse row reductions into the kernel of the node that consumes them.
 
     A head is a materialised elementwise node of shape (*outer, n) or a reduction over the
@@ -280,7 +246,7 @@ def row_groups(graph: Graph, plan: Schedule) -> dict[int, list[int]]:
 
 def _too_heavy(
     graph: Graph,
-    plan: Schedule,
+    plan: FusionPlan,
     head: object,
     members: set[int],
     absorbed: set[int],
@@ -311,7 +277,7 @@ def _too_heavy(
 
 def _walk_group(
     graph: Graph,
-    plan: Schedule,
+    plan: FusionPlan,
     head: object,
     outer: tuple,
     inner: object,

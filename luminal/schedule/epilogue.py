@@ -1,0 +1,165 @@
+"""Matrix-product epilogues: the consumer a product may absorb into its own kernel.
+
+A product (`ops.Contract`) whose only reader computes relu?(product + bias + residual)
+(a linear layer, a residual add, a ReLU) can write that result directly, instead of
+writing the product for another kernel to read back. `match_epilogue` recognises such a
+reader in the fusion plan; a backend's generated matmul renders `Epilogue`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+
+from luminal import ops
+from luminal.dtype import DType
+from luminal.errors import LuminalError
+from luminal.graph import Edge, Graph
+from luminal.shape.tracker import contiguous_strides
+
+
+def _int(expr) -> int | None:  # noqa: ANN001 - an Expr
+    return expr.as_int()
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """What is fused after the product: `bias` "row" adds a length-N vector to every row,
+    "col" a length-M vector to every column; `residual` adds an M x N matrix (leading
+    dimension `ldr`, default N; it must not alias c); `activation` "relu" keeps NaN."""
+
+    bias: str = "none"
+    activation: str = "none"
+    residual: bool = False
+
+    def __post_init__(self) -> None:
+        if self.bias not in ("none", "row", "col"):
+            raise LuminalError(f"Epilogue.bias must be 'none', 'row' or 'col', got {self.bias!r}")
+        if self.activation not in ("none", "relu"):
+            raise LuminalError(f"Epilogue.activation must be 'none' or 'relu': {self.activation!r}")
+
+    def describe(self, product: str = "a @ b") -> str:
+        value = product
+        if self.bias != "none":
+            value += f" + bias[{'N' if self.bias == 'row' else 'M'}]"
+        if self.residual:
+            value += " + residual"
+        return f"relu({value})" if self.activation == "relu" else value
+
+
+@dataclass(frozen=True)
+class FusedEpilogue:
+    """A consumer kernel the product can absorb: c = relu?(a @ b + bias + residual)."""
+
+    consumer: int
+    epilogue: Epilogue
+    bias: tuple[int, int] | None  # (source node, element offset)
+    residual: tuple[int, int, int] | None  # (source node, element offset, row stride)
+
+
+def _is_buffer(graph: Graph, materialised: Collection[int], node_id: int) -> bool:
+    return node_id in materialised or isinstance(graph.nodes[node_id].op, ops.Input)
+
+
+def match_epilogue(
+    graph: Graph,
+    kernels: Mapping[int, Collection[int]],
+    materialised: Collection[int],
+    product: int,
+) -> FusedEpilogue | None:
+    """The single reader of `product` when it computes relu?(product + bias + residual)
+    with a row (length-N) bias and/or an M x N residual, all float32 buffers. `kernels`
+    maps each kernel's head (the node it writes) to the nodes it computes."""
+    readers = graph.readers()[product]
+    consumer_kernel = None
+    for head, computed in kernels.items():
+        if readers and readers <= set(computed) and head in materialised:
+            consumer_kernel = (head, computed)
+    if consumer_kernel is None or product in graph.output_roots():
+        return None
+    head, computed = consumer_kernel
+    node = graph.nodes[head]
+    shape = tuple(_int(d) for d in node.shape)
+    if node.dtype != DType.float32 or shape != tuple(_int(d) for d in graph.nodes[product].shape):
+        return None
+    activation = "none"
+    if isinstance(node.op, ops.MaxReduce):  # relu: max over the pair (x, padding 0)
+        (edge,) = node.inputs
+        view = edge.view
+        if not (
+            node.op.axis == len(view.shape) - 1
+            and view.shape[-1] == 2
+            and view.strides[-1] == 0
+            and view.mask is not None
+            and tuple(_int(x) for x in view.mask[-1]) == (0, 1)
+            and all(_int(lo) == 0 for lo, _ in view.mask[:-1])
+        ):
+            return None
+        activation, top = "relu", edge.source
+        if view.offset != 0 or tuple(view.strides[:-1]) != tuple(contiguous_strides(node.shape)):
+            return None
+    else:
+        top = head
+    others: list[Edge] = []
+    if top != product:  # relu(product) alone has no sum to take apart
+        terms: list[Edge] = []
+        if not _flatten_adds(graph, top, set(computed), terms, shape):
+            return None
+        product_terms = [e for e in terms if e.source == product]
+        others = [e for e in terms if e.source != product]
+        if len(product_terms) != 1 or not _identity(product_terms[0], shape):
+            return None
+    bias = residual = None
+    for edge in others:
+        source = graph.nodes[edge.source]
+        if source.dtype != DType.float32 or not _is_buffer(graph, materialised, edge.source):
+            return None
+        strides = [_int(s) for s in edge.view.strides]
+        offset = _int(edge.view.offset)
+        if edge.view.mask is not None or offset is None or None in strides or strides[-1] != 1:
+            return None
+        if all(s == 0 for s in strides[:-1]) and bias is None:
+            bias = (edge.source, offset)
+        elif len(shape) >= 2 and _rows_merge(strides, shape) and residual is None:
+            residual = (edge.source, offset, strides[-2])
+        else:
+            return None
+    if bias is None and residual is None and activation == "none":
+        return None
+    epilogue = Epilogue("row" if bias else "none", activation, residual is not None)
+    return FusedEpilogue(head, epilogue, bias, residual)
+
+
+def _rows_merge(strides: list[int], shape: tuple) -> bool:
+    """Leading axes that step as one row index (row stride at least the row length)."""
+    if strides[-2] < shape[-1]:
+        return False
+    return all(strides[i] == strides[i + 1] * shape[i + 1] for i in range(len(shape) - 2))
+
+
+def _identity(edge: Edge, shape: tuple) -> bool:
+    view = edge.view
+    return (
+        view.mask is None
+        and _int(view.offset) == 0
+        and tuple(_int(d) for d in view.shape) == shape
+        and tuple(_int(s) for s in view.strides) == tuple(contiguous_strides(shape))
+    )
+
+
+def _flatten_adds(
+    graph: Graph, node_id: int, inside: set[int], terms: list[Edge], shape: tuple
+) -> bool:
+    """The terms of a tree of Adds computed inside the consumer kernel."""
+    node = graph.nodes[node_id]
+    if not isinstance(node.op, ops.Add):
+        return False
+    for edge in node.inputs:
+        if edge.source in inside and isinstance(graph.nodes[edge.source].op, ops.Add):
+            if not _identity(edge, shape):
+                return False
+            if not _flatten_adds(graph, edge.source, inside, terms, shape):
+                return False
+        else:
+            terms.append(edge)
+    return True
