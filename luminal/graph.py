@@ -112,6 +112,8 @@ class Graph:
         self._compiling = False
         # why the last execute() failed; its outputs were discarded (numpy() says why)
         self.failed_run: str | None = None
+        # (input, next value): state carried from one successful run to the next
+        self.carries: list[tuple[GraphTensor, GraphTensor]] = []
 
     def __getstate__(self) -> dict[str, Any]:
         """Copied and pickled without the lock (it belongs to this process's threads)."""
@@ -122,6 +124,7 @@ class Graph:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self.__dict__.setdefault("failed_run", None)
+        self.__dict__.setdefault("carries", [])
         self._compiling = False
         self.lock = threading.RLock()
 
@@ -186,6 +189,7 @@ class Graph:
             self.retrieved.discard(node_id)
             self.input_data.pop(node_id, None)
         self.dim_checks = [check for check in self.dim_checks if check[0] < mark]
+        self.carries = [(target, new) for target, new in self.carries if new._node_id < mark]
 
     def tensor(
         self, shape: Sequence[ExprLike] | ExprLike, dtype: Any = float32, name: str | None = None
@@ -231,6 +235,34 @@ class Graph:
                 f"set_dim: size of {name!r} must be in [0, {_MAX_DIM}], got {int(size)}"
             )
         self.dims[name] = int(size)
+
+    def carry(self, target: GraphTensor, new: GraphTensor) -> None:
+        """After every successful execute(), the value of `new` becomes the data of input
+        `target` (the array itself moves; nothing is copied): state that lives in the graph
+        from one run to the next, such as BatchNorm's running statistics or the dropout
+        step counter. `new` is kept; it needs the target's shape and dtype."""
+        if not isinstance(target.node.op, ops.Input) or not target.view.is_identity():
+            raise GraphError(f"carry: the target must be a graph input, got {target!r}")
+        if tuple(new.view.shape) != tuple(target.view.shape) or new.dtype != target.dtype:
+            raise ShapeError(
+                f"carry: input '{target.node.op.label}' is {target._shape_text()} "
+                f"{target.dtype.value}, its next value {new._shape_text()} {new.dtype.value}"
+            )
+        self.carries.append((target, new.keep()))
+
+    def _apply_carries(self) -> None:
+        from luminal.reference.views import read_view
+
+        moves = []
+        for target, new in self.carries:
+            array = self.buffers.get(new.node_id)
+            if array is None:
+                array = self.input_data[new.node_id]
+            if not new.view.is_identity():
+                array = np.ascontiguousarray(read_view(array, new.view, self.dims))
+            moves.append((target.node_id, array))
+        for node_id, array in moves:
+            self.input_data[node_id] = array
 
     def require_nonzero(self, size: Expr, what: str) -> None:
         """Record that the symbolic `size` must not be 0 when the graph runs (a reduction
@@ -455,6 +487,8 @@ class Graph:
                     from luminal.reference.executor import execute
 
                     execute(self)
+                if self.carries:
+                    self._apply_carries()
             except BaseException as error:
                 self.buffers = {}
                 self.failed_run = f"{type(error).__name__}: {error}"

@@ -55,7 +55,9 @@ class Module:
     def __init__(self, graph: Graph) -> None:
         object.__setattr__(self, "graph", graph)
         object.__setattr__(self, "_params", {})
+        object.__setattr__(self, "_buffers", {})
         object.__setattr__(self, "_modules", {})
+        object.__setattr__(self, "training", False)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if isinstance(value, Module):
@@ -78,6 +80,31 @@ class Module:
         object.__setattr__(self, name, tensor)
         return tensor
 
+    def buffer(
+        self,
+        name: str,
+        shape: tuple[int, ...],
+        init: np.ndarray | Callable[[], np.ndarray] | None = None,
+        dtype: Any = "float32",
+    ) -> GraphTensor:
+        """A buffer (BatchNorm's running statistics): a named graph input that is in the
+        state dict but not in `parameters()`, so optimizers leave it alone."""
+        tensor = self.param(name, shape, init, dtype)
+        self._buffers[name] = self._params.pop(name)
+        return tensor
+
+    def train(self: M, mode: bool = True) -> M:
+        """Build the graph in training mode (dropout masks, batch statistics) from now on,
+        for this module and its children. Modules start in eval mode (unlike PyTorch): the
+        mode is read when a module is called, i.e. when its ops are added to the graph."""
+        for _, module in self.named_modules():
+            object.__setattr__(module, "training", bool(mode))
+        return self
+
+    def eval(self: M) -> M:
+        """`train(False)`: graphs built from now on use inference behaviour."""
+        return self.train(False)
+
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__} does not implement forward()")
 
@@ -93,29 +120,42 @@ class Module:
     def parameters(self) -> list[GraphTensor]:
         return [tensor for _, tensor in self.named_parameters()]
 
+    def named_buffers(self, prefix: str = "") -> Iterator[tuple[str, GraphTensor]]:
+        for name, tensor in self._buffers.items():
+            yield prefix + name, tensor
+        for name, module in self._modules.items():
+            yield from module.named_buffers(f"{prefix}{name}.")
+
+    def named_tensors(self, prefix: str = "") -> Iterator[tuple[str, GraphTensor]]:
+        """Parameters and buffers, each module's own first, in PyTorch's state-dict order."""
+        yield from ((prefix + n, t) for n, t in self._params.items())
+        yield from ((prefix + n, t) for n, t in self._buffers.items())
+        for name, module in self._modules.items():
+            yield from module.named_tensors(f"{prefix}{name}.")
+
     def named_modules(self, prefix: str = "") -> Iterator[tuple[str, Module]]:
         yield prefix.rstrip("."), self
         for name, module in self._modules.items():
             yield from module.named_modules(f"{prefix}{name}.")
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        """Parameter values by PyTorch name (parameters without data are skipped)."""
+        """Parameter and buffer values by PyTorch name (those without data are skipped)."""
         out = {}
-        for name, tensor in self.named_parameters():
+        for name, tensor in self.named_tensors():
             data = self.graph.input_data.get(tensor.node_id)
             if data is not None:
                 out[name] = np.array(data, copy=True)
         return out
 
     def load_state_dict(self, state: Mapping[str, Any], strict: bool = True) -> None:
-        """Set parameters from a mapping of name -> array (numpy, torch or anything
-        `np.asarray` takes). All or nothing: every name, shape and dtype is checked, and
-        every array converted to its parameter's dtype, before any parameter changes.
+        """Set parameters and buffers from a mapping of name -> array (numpy, torch or
+        anything `np.asarray` takes). All or nothing: every name, shape and dtype is
+        checked, and every array converted to its parameter's dtype, before any changes.
         Names and shapes that do not fit raise ShapeError; complex, non-numeric, float
         data for an int parameter, and values outside the parameter dtype's range (a
         finite float64 that would become inf in float32, an int64 beyond int32) raise
         DTypeError."""
-        params = dict(self.named_parameters())
+        params = dict(self.named_tensors())
         owner = type(self).__name__
         missing = sorted(set(params) - set(state))
         unexpected = sorted(str(name) for name in set(state) - set(params))
