@@ -2,9 +2,10 @@
 
 The input is padded, each spatial dim is turned into (windows, kernel) by
 `pool_last_dim` (a strided view, so overlapping windows cost nothing), the windows are
-flattened into columns (one `Contiguous` copy: im2col) and contracted with the weight
-by a grouped matmul. The graph has a fixed, small number of nodes whatever the image
-size: there are no per-output-position ops.
+laid out as (taps, positions) columns (one `Contiguous` copy: im2col, none for a 1x1
+convolution) and multiplied by the weight, (out, taps) @ (taps, positions) per group,
+which gives the output in NCHW order directly. The graph has a fixed, small number of
+nodes whatever the image size: there are no per-output-position ops.
 """
 
 from __future__ import annotations
@@ -80,22 +81,24 @@ def sliding_windows(
 ) -> GraphTensor:
     """Windows over the last len(kernel) dims: (..., *S) -> (..., *O, *kernel).
 
-    Pads with `value`, then for each spatial dim moves it last, pools it with
-    `pool_last_dim` and moves the window count back, appending the kernel dim at the
-    end. Views only, except one copy when a padded dim is pooled.
+    Pads with `value`, then for each spatial dim, last first, moves it last, pools it
+    with `pool_last_dim` and moves the window count back, appending the kernel dim at
+    the end. Views only, except one copy when a padded dim is pooled: the last dim is
+    pooled first, so that copy is the padded input in its own row-major order.
     """
     dims = len(kernel)
     lead = x.ndim - dims
     if any(before != 0 or after != 0 for before, after in padding):
         x = x.pad([None] * lead + list(padding), value)
-    for i, (k, s, d) in enumerate(zip(kernel, stride, dilation, strict=True)):
+    for i in reversed(range(dims)):
         axis = lead + i
         nd = x.ndim
         to_last = [a for a in range(nd) if a != axis] + [axis]
-        pooled = x.permute(to_last).pool_last_dim(k, s, d)  # (..., O_i, k_i)
+        pooled = x.permute(to_last).pool_last_dim(kernel[i], stride[i], dilation[i])
         back = list(range(axis)) + [nd - 1] + list(range(axis, nd - 1)) + [nd]
-        x = pooled.permute(back)
-    return x
+        x = pooled.permute(back)  # (..., O_i, ..., k_last, ..., k_i)
+    kernel_axes = list(range(x.ndim - 1, x.ndim - dims - 1, -1))
+    return x.permute(list(range(x.ndim - dims)) + kernel_axes)
 
 
 def conv(
@@ -161,18 +164,17 @@ def conv(
         n = x.view.shape[0]
         windows = sliding_windows(x, kernel, stride_t, dilation_t, pads)  # (N, C, *O, *k)
         out_sizes = tuple(windows.view.shape[2 : 2 + dims])
-        positions = product(out_sizes)
         taps = group_in * math.prod(kernel)
         windows = windows.reshape((n, groups, group_in) + out_sizes + kernel)
-        order = (0, *range(3, 3 + dims), 1, 2, *range(3 + dims, 3 + 2 * dims))
-        # im2col: (N, positions, groups, 1, C/groups * prod(kernel)), one copy
-        columns = windows.permute(order).reshape((n, positions, groups, 1, taps))
-        matrix = weight.reshape((groups, out_channels // groups, taps)).permute(0, 2, 1)
-        out = columns.matmul(matrix)  # (N, positions, groups, 1, out/groups)
-        out = out.reshape((n, *out_sizes, out_channels))
+        order = (0, 1, 2, *range(3 + dims, 3 + 2 * dims), *range(3, 3 + dims))
+        # im2col, channels first: (N, groups, C/groups * prod(kernel), positions); a view
+        # for 1x1 convolutions, else one copy whose inner loop runs along an image row
+        columns = windows.permute(order).reshape((n, groups, taps, product(out_sizes)))
+        matrix = weight.reshape((groups, out_channels // groups, taps))
+        out = matrix.matmul(columns)  # (N, groups, out/groups, positions): NCHW order
+        out = out.reshape((n, out_channels, *out_sizes))
         if bias is not None:
-            out = out + bias
-        out = out.permute((0, dims + 1, *range(1, dims + 1)))
+            out = out + bias.reshape((out_channels,) + (1,) * dims)
         return out.squeeze(0) if unbatched else out
 
 
@@ -220,10 +222,10 @@ class _ConvNd(Module):
         self.groups = groups
         shape = (out_channels, in_channels // groups, *self.kernel_size)
         bound = fan_in_bound((in_channels // groups) * math.prod(self.kernel_size))
-        self.param("weight", shape, uniform_init(shape, bound))
+        self.param("weight", shape, lambda: uniform_init(shape, bound))
         self.bias = None
         if bias:
-            self.param("bias", (out_channels,), uniform_init((out_channels,), bound))
+            self.param("bias", (out_channels,), lambda: uniform_init((out_channels,), bound))
 
     def forward(self, x: GraphTensor) -> GraphTensor:
         return conv(
@@ -267,5 +269,208 @@ class Conv2d(_ConvNd):
 
 class Conv3d(_ConvNd):
     """torch.nn.Conv3d: input (N, C, D, H, W)."""
+
+    dims = 3
+
+
+# ---------------------------------------------------------------- transposed convolutions
+def _transpose_geometry(
+    x: GraphTensor, weight: GraphTensor, groups: int, op: str
+) -> tuple[int, tuple[int, ...], int, int]:
+    """Checked (dims, kernel, in_channels per group, out_channels per group)."""
+    dims = weight.ndim - 2
+    shape = tuple(d.as_int() for d in weight.view.shape)
+    if dims < 1 or any(d is None or d < 1 for d in shape):
+        raise ShapeError(
+            f"{op}: weight must be (in_channels, out_channels/groups, *kernel) with known "
+            f"sizes, got {weight._shape_text()}"
+        )
+    if not isinstance(groups, numbers.Integral) or groups < 1 or shape[0] % groups:
+        raise ShapeError(f"{op}: groups {groups!r} must be a positive divisor of {shape[0]}")
+    if x.ndim not in (dims + 1, dims + 2):
+        raise ShapeError(
+            f"{op}: expected input (N, C, {dims} spatial dims) or (C, {dims} spatial dims), "
+            f"got {x._shape_text()}"
+        )
+    channels = x.view.shape[x.ndim - dims - 1]
+    if channels != shape[0]:
+        raise ShapeError(
+            f"{op}: input {x._shape_text()} has {channels} channels, weight "
+            f"{weight._shape_text()} expects {shape[0]}"
+        )
+    return dims, shape[2:], shape[0] // groups, shape[1]  # type: ignore[return-value]
+
+
+def conv_transpose(
+    x: GraphTensor,
+    weight: GraphTensor,
+    bias: GraphTensor | None = None,
+    stride: IntOrTuple = 1,
+    padding: IntOrTuple = 0,
+    output_padding: IntOrTuple = 0,
+    groups: int = 1,
+    dilation: IntOrTuple = 1,
+    op: str = "conv_transpose",
+) -> GraphTensor:
+    """torch.nn.functional.conv_transpose1d/2d/3d: x (N, C_in, *S) or (C_in, *S), weight
+    (C_in, C_out // groups, *kernel). The adjoint of `conv` with the same weight: every
+    input position is multiplied into a (C_out, *kernel) patch by one matmul, and the
+    patches are added into place by the exact adjoint of the convolution's sliding-window
+    view (overlaps summed), so no zeros are inserted and no kernel is flipped. Output size
+    per dim: (S - 1) * stride - 2 * padding + dilation * (kernel - 1) + output_padding + 1."""
+    dims, kernel, group_in, group_out = _transpose_geometry(x, weight, groups, op)
+    strides = ntuple(stride, dims, "stride", op)
+    dilations = ntuple(dilation, dims, "dilation", op)
+    pads = ntuple(padding, dims, "padding", op, minimum=0)
+    extra = ntuple(output_padding, dims, "output_padding", op, minimum=0)
+    for o, s, d in zip(extra, strides, dilations, strict=True):
+        if o >= max(s, d):
+            raise ShapeError(
+                f"{op}: output_padding {extra} must be smaller than stride {strides} or "
+                f"dilation {dilations} in every dim, as in PyTorch"
+            )
+    out_channels = group_out * groups
+    if bias is not None and tuple(bias.view.shape) != (sym(out_channels),):
+        raise ShapeError(f"{op}: bias must have shape ({out_channels},), got {bias._shape_text()}")
+    unbatched = x.ndim == dims + 1
+    with x.graph.atomic():
+        if unbatched:
+            x = x.unsqueeze(0)
+        n, sizes = x.view.shape[0], tuple(x.view.shape[2:])
+        for size, k, s, d, p, o in zip(sizes, kernel, strides, dilations, pads, extra, strict=True):
+            known = size.as_int()
+            if known is not None and (known - 1) * s + d * (k - 1) + 1 + o - 2 * p < 1:
+                raise ShapeError(f"{op}: input {x._shape_text()} gives an empty output")
+        # (N, positions, groups, 1, C_in/groups) @ (groups, C_in/groups, C_out/groups * K)
+        rows = x.reshape((n, groups, group_in, *sizes)).permute((0, *range(3, 3 + dims), 1, 2))
+        rows = rows.reshape((n, product(sizes), groups, 1, group_in))
+        patches = rows.matmul(weight.reshape((groups, group_in, group_out * math.prod(kernel))))
+        patches = patches.reshape((n, *sizes, groups, group_out, *kernel))
+        order = (0, dims + 1, dims + 2, *range(1, dims + 1), *range(dims + 3, 2 * dims + 3))
+        patches = patches.permute(order).reshape((n, out_channels, *sizes, *kernel))
+        out = _add_windows(patches, kernel, strides, dilations, pads, extra)
+        if bias is not None:
+            out = out + bias.reshape((out_channels,) + (1,) * dims)
+        return out.squeeze(0) if unbatched else out
+
+
+def _add_windows(
+    patches: GraphTensor,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    pads: Sequence[int],
+    extra: Sequence[int],
+) -> GraphTensor:
+    """(N, C, *windows, *kernel) -> (N, C, *out): patch element (w, k) added at position
+    w * stride + k * dilation - padding of each dim (the adjoint of `sliding_windows`),
+    dim by dim from the last, with `extra` (output_padding) zeros after the end."""
+    from luminal.shape.tracker import ShapeTracker
+    from luminal.training.autograd_views import view_adjoint
+
+    dims = len(kernel)
+    t = patches
+    for axis in reversed(range(dims)):
+        k, s, d = kernel[axis], strides[axis], dilations[axis]
+        nd = t.ndim  # (N, C, *spatial, k_0..k_axis): window axis 2 + axis, kernel last
+        window_axis = 2 + axis
+        to_end = [a for a in range(nd - 1) if a != window_axis] + [window_axis, nd - 1]
+        t = t.permute(to_end)
+        windows = t.view.shape[-2]
+        length = (windows - 1) * s + d * (k - 1) + 1
+        pooled = ShapeTracker.contiguous((*t.view.shape[:-2], length)).pool_last_dim(k, s, d)
+        t = view_adjoint(t, pooled)  # (..., length), overlaps summed
+        back = list(range(window_axis)) + [nd - 2] + list(range(window_axis, nd - 2))
+        t = t.permute(back)
+        pad, more = pads[axis], extra[axis]
+        if more:
+            t = t.pad([None] * window_axis + [(0, more)] + [None] * (t.ndim - window_axis - 1))
+        if pad:
+            ranges = [None] * t.ndim
+            ranges[window_axis] = (pad, length + more - pad)
+            t = t.slice(ranges)
+    return t
+
+
+class _ConvTransposeNd(Module):
+    """Shared body of ConvTranspose1d/2d/3d: `weight` (in, out/groups, *kernel) and `bias`
+    (out,), PyTorch names, shapes and initialisation bounds."""
+
+    dims = 0
+
+    def __init__(
+        self,
+        graph: Graph,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: IntOrTuple,
+        stride: IntOrTuple = 1,
+        padding: IntOrTuple = 0,
+        output_padding: IntOrTuple = 0,
+        groups: int = 1,
+        bias: bool = True,
+        dilation: IntOrTuple = 1,
+        padding_mode: str = "zeros",
+    ) -> None:
+        super().__init__(graph)
+        name = type(self).__name__
+        if padding_mode != "zeros":
+            raise LuminalError(f"{name}: only padding_mode='zeros' is supported (as PyTorch)")
+        if not isinstance(groups, numbers.Integral) or groups < 1:
+            raise ShapeError(f"{name}: groups must be a positive int, got {groups!r}")
+        if in_channels % groups or out_channels % groups:
+            raise ShapeError(
+                f"{name}: in_channels {in_channels} and out_channels {out_channels} must be "
+                f"divisible by groups {groups}"
+            )
+        self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
+        self.kernel_size = ntuple(kernel_size, self.dims, "kernel_size", name)
+        self.stride = ntuple(stride, self.dims, "stride", name)
+        self.padding = ntuple(padding, self.dims, "padding", name, minimum=0)
+        self.output_padding = ntuple(output_padding, self.dims, "output_padding", name, 0)
+        self.dilation = ntuple(dilation, self.dims, "dilation", name)
+        shape = (in_channels, out_channels // groups, *self.kernel_size)
+        bound = fan_in_bound((out_channels // groups) * math.prod(self.kernel_size))
+        self.param("weight", shape, lambda: uniform_init(shape, bound))
+        self.bias = None
+        if bias:
+            self.param("bias", (out_channels,), lambda: uniform_init((out_channels,), bound))
+
+    def forward(self, x: GraphTensor) -> GraphTensor:
+        return conv_transpose(
+            x,
+            self.weight,
+            self.bias,
+            self.stride,
+            self.padding,
+            self.output_padding,
+            self.groups,
+            self.dilation,
+            op=type(self).__name__,
+        )
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+            f"stride={self.stride}, padding={self.padding}, "
+            f"output_padding={self.output_padding}, groups={self.groups}, "
+            f"dilation={self.dilation}, bias={self.bias is not None}"
+        )
+
+
+class ConvTranspose1d(_ConvTransposeNd):
+    """torch.nn.ConvTranspose1d: input (N, C, L)."""
+
+    dims = 1
+
+
+class ConvTranspose2d(_ConvTransposeNd):
+    """torch.nn.ConvTranspose2d: input (N, C, H, W)."""
+
+    dims = 2
+
+
+class ConvTranspose3d(_ConvTransposeNd):
+    """torch.nn.ConvTranspose3d: input (N, C, D, H, W)."""
 
     dims = 3

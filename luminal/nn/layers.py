@@ -236,8 +236,11 @@ class Stateless(Module):
 
 
 class Dropout(Stateless):
-    """Dropout(p=0.5). Inference semantics only: the identity. Training-mode dropout
-    (a random mask scaled by 1 / (1 - p)) is not implemented yet."""
+    """Dropout(p=0.5): the identity in eval mode (the default); in training mode
+    (`module.train()` before building) each element is zeroed with probability p and the
+    rest scaled by 1 / (1 - p), as torch.nn.Dropout. Masks come from the graph's in-graph
+    random source (`luminal.nn.random`): a fresh mask every run, the same sequence for the
+    same seed, identical in the reference runtime and compiled code."""
 
     def setup(self, p: float = 0.5, inplace: bool = False) -> None:
         if not 0.0 <= p <= 1.0:
@@ -245,10 +248,28 @@ class Dropout(Stateless):
         self.p, self.inplace = float(p), inplace
 
     def forward(self, x: GraphTensor) -> GraphTensor:
-        return x
+        return dropout(x, self.p, self.training)
 
     def extra_repr(self) -> str:
         return f"p={self.p}"
+
+
+def dropout(x: GraphTensor, p: float = 0.5, training: bool = True) -> GraphTensor:
+    """torch.nn.functional.dropout: keep each element with probability 1 - p (to 2**-24)
+    and scale it by 1 / (1 - p); the identity when not training or p == 0."""
+    if not 0.0 <= p <= 1.0:
+        raise LuminalError(f"dropout: probability must be between 0 and 1, got {p}")
+    if not x.dtype.is_float:
+        raise DTypeError(f"dropout: needs a floating tensor, got {x.dtype.value}")
+    if not training or p == 0.0:
+        return x
+    if p == 1.0:
+        return x * 0.0
+    from luminal.nn.random import UNIFORM_BITS, random_state
+
+    bits = random_state(x.graph).uniform_bits(x.view.shape)
+    keep = bits.ge(round(p * (1 << UNIFORM_BITS))).cast(x.dtype)
+    return x * keep * (1.0 / (1.0 - p))
 
 
 class ReLU(Stateless):
@@ -298,6 +319,57 @@ class Softmax(Stateless):
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}"
+
+
+class Identity(Stateless):
+    """torch.nn.Identity: returns its input (extra arguments are accepted and ignored)."""
+
+    def setup(self, *args: Any, **kwargs: Any) -> None:
+        """PyTorch's Identity takes and ignores any arguments."""
+
+    def forward(self, x: GraphTensor) -> GraphTensor:
+        return x
+
+
+class Flatten(Stateless):
+    """torch.nn.Flatten: merge dims start_dim..end_dim (1..-1 by default, keeping the batch)."""
+
+    def setup(self, start_dim: int = 1, end_dim: int = -1) -> None:
+        self.start_dim, self.end_dim = start_dim, end_dim
+
+    def forward(self, x: GraphTensor) -> GraphTensor:
+        return x.flatten(self.start_dim, self.end_dim)
+
+    def extra_repr(self) -> str:
+        return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
+
+
+class Unflatten(Stateless):
+    """torch.nn.Unflatten: split dim `dim` into `unflattened_size` (one entry may be -1)."""
+
+    def setup(self, dim: int, unflattened_size: Sequence[int]) -> None:
+        self.dim, self.unflattened_size = dim, tuple(unflattened_size)
+
+    def forward(self, x: GraphTensor) -> GraphTensor:
+        from luminal.hl.movement import normalize_axis
+
+        axis = normalize_axis(self.dim, x.ndim, "Unflatten", x._shape_text())
+        shape = x.view.shape
+        size, sizes = shape[axis].as_int(), self.unflattened_size
+        known = math.prod(d for d in sizes if d != -1)
+        fits = (
+            sizes.count(-1) <= 1
+            and known > 0
+            and (size is None or (size % known == 0 if -1 in sizes else size == known))
+        )
+        if not fits:
+            raise ShapeError(
+                f"Unflatten: dim {self.dim} of {x._shape_text()} cannot be split into {sizes}"
+            )
+        return x.reshape((*shape[:axis], *sizes, *shape[axis + 1 :]))
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, unflattened_size={self.unflattened_size}"
 
 
 ACTIVATIONS = {"relu": ReLU, "gelu": GELU, "silu": SiLU, "sigmoid": Sigmoid, "tanh": Tanh}
