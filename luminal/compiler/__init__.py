@@ -1,6 +1,7 @@
 """Compilers: the protocol, generic passes, and the e-graph layer."""
 
 from luminal.compiler.base import Compiler, Looped, Timed
+from luminal.compiler.fold import FoldChannelScale
 from luminal.compiler.passes import (
     ArithmeticElimination,
     CommonSubexpressionElimination,
@@ -16,6 +17,7 @@ __all__ = [
     "Compiler",
     "DeadCodeElimination",
     "DepthFirstSchedule",
+    "FoldChannelScale",
     "GenericCompiler",
     "Looped",
     "RemoveUnitReductions",

@@ -27,6 +27,7 @@ import numpy as np
 
 from luminal import ops
 from luminal.compiler.base import Looped
+from luminal.compiler.fold import FoldChannelScale
 from luminal.dtype import DType
 from luminal.errors import LuminalError
 from luminal.graph import Edge, Graph, Node
@@ -332,8 +333,8 @@ class DepthFirstSchedule:
 
 # ---------------------------------------------------------------- the bundle
 class GenericCompiler:
-    """The generic passes to a fixed point (arithmetic, unit reductions, CSE, DCE), then
-    a memory-aware schedule. Returns None."""
+    """The generic passes to a fixed point (arithmetic, unit reductions, CSE, per-channel
+    scales folded into weights, DCE), then a memory-aware schedule. Returns None."""
 
     def __init__(self) -> None:
         self.passes = (
@@ -342,6 +343,7 @@ class GenericCompiler:
                     ArithmeticElimination(),
                     RemoveUnitReductions(),
                     CommonSubexpressionElimination(),
+                    FoldChannelScale(),
                     DeadCodeElimination(),
                 )
             ),
