@@ -43,3 +43,8 @@ from luminal.models.whisper import Whisper, WhisperConfig  # noqa: E402
 from luminal.models.whisper_session import WhisperGenerationConfig, WhisperSession  # noqa: E402
 
 __all__ += ["Whisper", "WhisperConfig", "WhisperGenerationConfig", "WhisperSession"]
+
+from luminal.models import yolo  # noqa: E402
+from luminal.models.yolo import YOLOv8  # noqa: E402
+
+__all__ += ["YOLOv8", "yolo"]
