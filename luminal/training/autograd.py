@@ -147,11 +147,12 @@ def _scatter(ctx: VJPContext) -> Grads:
 
 
 def _contract(ctx: VJPContext) -> Grads:
-    """A lowered sum(a * b, axis) (`ops.Contract`): each side gets the gradient
-    broadcast back over the axis times the other side."""
-    axis = ctx.node.op.axis
+    """A lowered sum(a * b) over the summed axes (`ops.Contract`, `ops.ContractSum`):
+    each side gets the gradient broadcast back over those axes times the other side."""
     a, b = ctx.input(0), ctx.input(1)
-    spread = ctx.grad.expand_dim(axis, a.view.shape[axis])
+    spread = ctx.grad
+    for axis in ctx.node.op.summed:  # ascending: each lands at its place in a's shape
+        spread = spread.expand_dim(axis, a.view.shape[axis])
     return (spread * b if ctx.wants(0) else None, spread * a if ctx.wants(1) else None)
 
 
@@ -185,6 +186,7 @@ VJP_RULES: dict[type, Rule] = {
     ops.Cast: _cast,
     ops.Function: _not_differentiable,
     ops.Contract: _contract,
+    ops.ContractSum: _contract,
 }
 
 # outputs that are piecewise constant in their inputs: no gradient flows into them

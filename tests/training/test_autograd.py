@@ -605,6 +605,27 @@ def test_backend_contract_op_is_differentiable():
         np.testing.assert_allclose(g.numpy(), e.numpy(), atol=ATOL, rtol=RTOL)
 
 
+def test_a_compiled_graph_with_contract_sum_differentiates_again():
+    """A weight gradient summed over the batch compiles to one ContractSum; differentiating
+    the compiled graph through it (a second-order gradient) matches torch."""
+    rng = np.random.default_rng(22)
+    x_data, w_data = uniform(rng, (3, 4, 5)), uniform(rng, (5, 6))
+    cx = lm.Graph()
+    x, w = cx.tensor(x_data.shape).set(x_data), cx.tensor(w_data.shape).set(w_data)
+    (grad_w,) = cx.compile(lm.training.Autograd([w], (x @ w).square().sum()))
+    grad_w.retrieve()
+    cx.compile(lm.CPUCompiler())
+    assert any(isinstance(n.op, ops.ContractSum) for n in cx.nodes.values())
+    (grad_x,) = cx.compile(lm.training.Autograd([x], grad_w.square().sum()))
+    grad_x.retrieve()
+    cx.compile(lm.CPUCompiler())
+    cx.execute()
+    xt, wt = _t(x_data, grad=True), _t(w_data, grad=True)
+    (first,) = torch.autograd.grad(((xt @ wt) ** 2).sum(), wt, create_graph=True)
+    (expected,) = torch.autograd.grad((first**2).sum(), xt)
+    np.testing.assert_allclose(grad_x.numpy(), expected.numpy(), atol=1e-3, rtol=RTOL)
+
+
 def test_symbolic_scan_and_half_precision_params():
     cx = lm.Graph()
     x = cx.tensor((2, "n"))
