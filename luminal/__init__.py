@@ -1,6 +1,6 @@
 """luminal: a deep-learning compiler. Build a lazy graph, compile it, execute it."""
 
-from luminal import audio, nn
+from luminal import audio, backends, nn
 from luminal.compiler import GenericCompiler, Looped, Timed
 from luminal.custom import custom_kernel
 from luminal.dtype import DType, bfloat16, float16, float32, int32
@@ -63,6 +63,7 @@ __all__ = [
     "Timed",
     "TimeBudget",
     "audio",
+    "backends",
     "bfloat16",
     "bool",
     "concat",

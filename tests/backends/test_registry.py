@@ -1,0 +1,62 @@
+"""The backend registry: one table of backends, each a `Backend` the pipeline can use by
+name, and a compiler from a name or the compiler itself."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import luminal as lm
+from luminal.backends.cpu.compiler import CPUCompiler
+from luminal.backends.cpu.runtime import CompiledGraph
+from luminal.compiler.egraph import EGraphCompiler
+
+
+def _graph() -> tuple[lm.Graph, lm.GraphTensor, np.ndarray]:
+    rng = np.random.default_rng(0)
+    a, b = rng.uniform(-1, 1, (6, 5)).astype(np.float32), rng.uniform(-1, 1, (5, 3))
+    cx = lm.Graph()
+    out = (cx.tensor((6, 5)).set(a) @ cx.tensor((5, 3)).set(b.astype(np.float32))).relu()
+    return cx, out.retrieve(), np.maximum(a @ b.astype(np.float32), 0)
+
+
+def test_this_machine_runs_the_cpu_backend() -> None:
+    assert lm.backends.available() == ["cpu"]
+    assert set(lm.backends.available()) <= set(lm.backends.BACKENDS)
+
+
+def test_a_backend_name_gives_its_compiler_with_options() -> None:
+    compiler = lm.backends.compiler("cpu", mode="fast", rtol=1e-2)
+    assert isinstance(compiler, CPUCompiler) and compiler.rtol == 1e-2
+    cx, out, expected = _graph()
+    cx.compile(compiler)
+    cx.execute()
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_a_compiler_passes_through_and_anything_else_is_refused() -> None:
+    compiler = CPUCompiler()
+    assert lm.backends.compiler(compiler) is compiler
+    with pytest.raises(lm.CompileError, match="unknown backend 'tpu'"):
+        lm.backends.compiler("tpu")
+    with pytest.raises(lm.CompileError, match="expected a backend name or a compiler"):
+        lm.backends.compiler(42)
+    with pytest.raises(lm.CompileError, match="options apply to a backend name"):
+        lm.backends.compiler(compiler, mode="fast")
+
+
+def test_the_backend_parts_run_a_graph() -> None:
+    """rulesets -> e-graph, render -> the runtime's compiled graph, toolchain builds it:
+    the same result as the reference."""
+    backend = lm.backends.get("cpu")
+    cx, out, expected = _graph()
+    cx.compile(lm.GenericCompiler())
+    cx.compile(EGraphCompiler(rulesets=backend.rulesets))
+    compiled = backend.render(cx)
+    assert isinstance(compiled, backend.runtime) and backend.runtime is CompiledGraph
+    compiled.build()
+    cx.compiled = compiled
+    cx.execute()
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5, atol=1e-6)
+    assert backend.device_id().startswith("cpu/") and backend.search_options
+    assert lm.float32 in backend.capabilities().dtypes
