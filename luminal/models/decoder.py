@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from luminal import backends
 from luminal.dtype import int32
 from luminal.errors import DTypeError, LuminalError, ShapeError
 from luminal.graph import Graph
@@ -371,8 +372,9 @@ class DecoderSession:
     """Generation state for one model: a graph of its own holding a copy of the model
     that shares the weight arrays (no copies), inputs `ids` (batch, "seq") and per-layer
     caches (batch, kv_heads, "past", head_dim), outputs the last position's logits and
-    the new caches. Compiled once (`compile=True`: `lm.CPUCompiler()` unless `compiler`
-    is given; False: the reference runtime); `prefill` then `step` re-set the inputs.
+    the new caches. Compiled once (`compile=True`: `lm.CPUCompiler()` unless `compiler`, a
+    compiler or a backend name, is given; False: the reference runtime); `prefill` then
+    `step` re-set the inputs.
     `compile_count` counts compilations (1 after the first run, and it stays 1)."""
 
     def __init__(
@@ -417,12 +419,7 @@ class DecoderSession:
     def _ensure_compiled(self) -> None:
         if not self.want_compile or self.compiled is not None:
             return
-        compiler = self.compiler
-        if compiler is None:
-            from luminal.backends.cpu.compiler import CPUCompiler
-
-            compiler = CPUCompiler()
-        self.graph.compile(compiler)
+        self.graph.compile(backends.compiler("cpu" if self.compiler is None else self.compiler))
         self.compiled = self.graph.compiled
         self.compile_count += 1
 

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from luminal import backends
 from luminal.dtype import int32
 from luminal.errors import LuminalError, ShapeError
 from luminal.graph import Graph
@@ -130,8 +131,8 @@ def _token_table(mapping: Mapping[str, Any], field: str) -> dict[str, int] | Non
 # ---------------------------------------------------------------- the session
 class WhisperSession:
     """Generation state for one Whisper model (see the module docstring). Compiled once
-    per graph on first use (`compile=True`: `lm.CPUCompiler()` unless `compiler` is
-    given; False: the reference runtime)."""
+    per graph on first use (`compile=True`: `lm.CPUCompiler()` unless `compiler`, a
+    compiler or a backend name, is given; False: the reference runtime)."""
 
     def __init__(self, model: Whisper, compile: bool = True, compiler: Any = None) -> None:
         self.source, self.config = model, model.config
@@ -171,12 +172,7 @@ class WhisperSession:
 
     def _run(self, graph: Graph) -> None:
         if self.want_compile and id(graph) not in self.compiled:
-            compiler = self.compiler
-            if compiler is None:
-                from luminal.backends.cpu.compiler import CPUCompiler
-
-                compiler = CPUCompiler()
-            graph.compile(compiler)
+            graph.compile(backends.compiler("cpu" if self.compiler is None else self.compiler))
             self.compiled.add(id(graph))
         graph.execute()
 

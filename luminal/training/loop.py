@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from luminal import ops
+from luminal import backends, ops
 from luminal.dtype import float16, float32, int32
 from luminal.errors import DistributedError, ExecutionError, GraphError, LuminalError, ShapeError
 from luminal.training.autograd import Autograd
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from luminal.training.schedules import LRSchedule
 
 EvalFn = Callable[[], Mapping[str, float]]
-_DEFAULT = object()  # "compile with lm.CPUCompiler()"
+_DEFAULT = object()  # "the default for this argument" (a GradScaler for fp16)
 
 
 class TrainStep:
@@ -51,8 +51,9 @@ class TrainStep:
     With `accumulate=k`, each call is one micro-batch: gradients are summed in a buffer
     held by the graph and the optimizer steps, with their mean, on every k-th call.
     `max_grad_norm` clips the (accumulated) gradient norm first. `outputs` are extra
-    tensors to read after each call (`step.outputs["logits"].numpy()`). `compiler=None`
-    runs on the reference runtime; by default the graph is compiled with `lm.CPUCompiler()`.
+    tensors to read after each call (`step.outputs["logits"].numpy()`). `compiler` is a
+    compiler or a backend name (default "cpu": `lm.CPUCompiler()`); None runs on the
+    reference runtime.
     `mixed_precision="fp16" | "bf16"` (build the loss under `autocast`, or use `build`)
     scales the loss with `scaler` (a `GradScaler`; by default one for fp16, none for
     bf16): a step whose gradients overflow is skipped and the scale backs off.
@@ -74,7 +75,7 @@ class TrainStep:
         accumulate: int = 1,
         max_grad_norm: float | None = None,
         outputs: Mapping[str, GraphTensor] | None = None,
-        compiler: Any = _DEFAULT,
+        compiler: Any = "cpu",
         mixed_precision: str | None = None,
         scaler: GradScaler | None | object = _DEFAULT,
         data_parallel: bool = False,
@@ -110,12 +111,8 @@ class TrainStep:
             self.scaler.check(grads)  # after accumulation: an inf in any micro-batch stays
         optimizer.step_graph(grads)
         self.broadcast_state()
-        if compiler is _DEFAULT:
-            from luminal.backends.cpu.compiler import CPUCompiler
-
-            compiler = CPUCompiler()
         if compiler is not None:
-            graph.compile(compiler)
+            graph.compile(backends.compiler(compiler))
         self.micro_step = 0  # calls so far
         self.optimizer_steps = 0  # optimizer steps taken or skipped (on an overflow)
         self.skipped_steps = 0

@@ -60,3 +60,32 @@ def test_the_backend_parts_run_a_graph() -> None:
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5, atol=1e-6)
     assert backend.device_id().startswith("cpu/") and backend.search_options
     assert lm.float32 in backend.capabilities().dtypes
+
+
+def _train_step(compiler: object) -> tuple[object, lm.GraphTensor]:
+    from luminal.training import SGD, TrainStep
+
+    rng = np.random.default_rng(0)
+    cx = lm.Graph()
+    x = cx.tensor((8, 4))
+    w = cx.tensor((4, 1)).set(rng.uniform(-1, 1, (4, 1)).astype(np.float32))
+    loss = (x @ w).square().mean()
+    return TrainStep(loss, (x,), SGD([w], lr=0.1), compiler=compiler), w
+
+
+def test_training_takes_a_backend_name() -> None:
+    """TrainStep(compiler="cpu") compiles with the CPU backend and steps as the reference
+    runtime does; an unknown name is refused before anything is built."""
+    results = []
+    batch = np.random.default_rng(1).uniform(-1, 1, (8, 4)).astype(np.float32)
+    for compiler in ("cpu", None):
+        step, w = _train_step(compiler)
+        start = w.numpy().copy()
+        for _ in range(3):
+            step(batch)
+        results.append(w.numpy().copy())
+        assert not np.allclose(results[-1], start)  # the steps moved the weights
+        assert (step.graph.compiled is not None) == (compiler is not None)
+    np.testing.assert_allclose(results[0], results[1], rtol=1e-5, atol=1e-6)
+    with pytest.raises(lm.CompileError, match="unknown backend 'gpu'"):
+        _train_step("gpu")
