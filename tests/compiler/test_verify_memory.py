@@ -96,6 +96,18 @@ def test_verification_with_shared_weights_still_catches_a_wrong_program(monkeypa
     _check_runs(cx, x, weight, out)
 
 
+def test_search_verifies_a_graph_whose_input_has_no_data(tmp_path):
+    """The search seeds the reference once; the final check lends the graph those arrays
+    (it raised 'input ... has no data' when an input had none) and takes them back."""
+    cx, x, weight, out = _matmul_graph(32)
+    (w_node,) = cx.input_data
+    compiler = lm.CPUCompiler(mode=lm.TimeBudget(3), cache=tmp_path, progress=False)
+    cx.compile(compiler)
+    assert compiler.search_record.trials and cx.compiled is not None
+    assert list(cx.input_data) == [w_node]
+    _check_runs(cx, x, weight, out)
+
+
 def test_structure_copy_shares_inputs_read_only_and_rewrites_apart():
     cx, x, weight, out = _matmul_graph(16)
     copy = cx.structure_copy()

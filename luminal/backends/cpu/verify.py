@@ -25,7 +25,8 @@ def reference_copy(graph: Graph) -> Graph:
 
 def check_inputs(graph: Graph, reference: Graph) -> dict[str, int]:
     """Give every input without data seeded random data (the same array in both graphs,
-    read-only in the reference) and every unset dim the size 3; returns the dim map."""
+    read-only in the reference; a reference seeded before, by the search, lends the
+    graph its array) and every unset dim the size 3; returns the dim map."""
     rng = np.random.default_rng(0)
     names = dims_of(reference)
     for name in names:
@@ -33,7 +34,9 @@ def check_inputs(graph: Graph, reference: Graph) -> dict[str, int]:
         graph.dims.setdefault(name, reference.dims[name])
     dims = {name: reference.dims[name] for name in names}
     for node_id, node in reference.nodes.items():
-        if isinstance(node.op, ops.Input) and node_id not in reference.input_data:
+        if not isinstance(node.op, ops.Input):
+            continue
+        if node_id not in reference.input_data:
             shape = tuple(
                 d.evaluate({**{n: 3 for n in names}, **reference.dims}) for d in node.shape
             )
@@ -43,6 +46,7 @@ def check_inputs(graph: Graph, reference: Graph) -> dict[str, int]:
                 data = np.zeros(shape, dtype=node.dtype.numpy)
             graph.input_data[node_id] = data
             reference.input_data[node_id] = read_only_view(data)
+        graph.input_data.setdefault(node_id, reference.input_data[node_id])
     return dims
 
 
