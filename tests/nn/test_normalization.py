@@ -201,3 +201,24 @@ def test_group_norm_forward_and_gradients(rng, groups, channels, shape):
     expected = torch.autograd.grad((ty**3).sum(), [tx, *reference.parameters()])
     for ours, theirs in zip(grads, expected, strict=True):
         assert_matches_torch(ours.numpy(), theirs, atol=1e-4, rtol=RTOL)
+
+
+def test_a_train_step_carries_statistics_and_dropout_steps(rng):
+    cx = lm.Graph()
+    nn = lm.nn
+    model = nn.Sequential(
+        cx, nn.Conv2d(cx, 1, 4, 3, padding=1, bias=False), nn.BatchNorm2d(cx, 4), nn.ReLU(),
+        nn.Flatten(), nn.Dropout(0.1), nn.Linear(cx, 64, 3),
+    ).train()  # fmt: skip
+    x, y = cx.tensor((16, 1, 4, 4)), cx.tensor((16,), lm.int32)
+    loss = lm.training.losses.cross_entropy(model(x), y)
+    optimizer = lm.training.Adam(model.parameters(), lr=0.05)
+    step = lm.training.TrainStep(loss, [x, y], optimizer, compiler=None)  # reference runtime
+    data = rng.standard_normal((16, 1, 4, 4)).astype(np.float32)
+    labels = (data.reshape(16, -1).sum(1) > 0).astype(np.int32) + (data[:, 0, 0, 0] > 1)
+    losses = [step(data, labels) for _ in range(20)]
+    assert losses[-1] < 0.5 * losses[0]
+    assert int(model[1].state_dict()["num_batches_tracked"]) == 20
+    assert lm.nn.random_state(cx).steps == 20
+    running = model[1].state_dict()["running_var"]
+    assert np.all(running > 0) and not np.allclose(running, 1)
