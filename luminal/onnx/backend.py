@@ -56,6 +56,8 @@ class LuminalRep(BackendRep):
         except NeedsConstantInput as error:
             wanted = [error.input_name] if error.input_name else self._integer_inputs()
             wanted = [n for n in wanted if n not in self.constant_names]
+            if not wanted and not error.input_name:
+                wanted = [n for n in self._scalar_inputs() if n not in self.constant_names]
             if not wanted:
                 raise
             self.constant_names.extend(wanted)
@@ -71,6 +73,16 @@ class LuminalRep(BackendRep):
         inputs rather than read from one."""
         kinds = {i.name: i.type.tensor_type.elem_type for i in self.model.graph.input}
         return [n for n in self.input_names if kinds.get(n) in dtypes.INTEGER_TYPES]
+
+    def _scalar_inputs(self) -> list[str]:
+        """Inputs of one element (a float Range's bounds), the last resort when a
+        shape is computed from inputs and the integer inputs were not enough."""
+        shapes = {i.name: i.type.tensor_type.shape.dim for i in self.model.graph.input}
+        return [
+            n
+            for n in self.input_names
+            if all(d.HasField("dim_value") and d.dim_value == 1 for d in shapes.get(n, [None]))
+        ]
 
     def _specialise(self, feeds: dict[str, Any]) -> None:
         if not self.constant_names:

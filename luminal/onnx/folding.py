@@ -182,6 +182,22 @@ def _concat(ctx: NodeContext) -> list[np.ndarray]:
     return [normalize(np.concatenate(arrays, axis=ctx.attr("axis")))]
 
 
+def _split(ctx: NodeContext) -> list[np.ndarray] | None:
+    """Split of a known 1-D value (an exporter splitting a shape into its dims)."""
+    data = np.asarray(ctx.inputs[0])
+    axis = ctx.attr("axis", 0) % max(data.ndim, 1)
+    if ctx.opset >= 13 and ctx.has(1):
+        sizes = [int(v) for v in np.asarray(ctx.inputs[1]).reshape(-1)]
+    elif ctx.opset < 13 and ctx.attr("split") is not None:
+        sizes = [int(v) for v in ctx.attr("split")]
+    else:
+        parts = ctx.attr("num_outputs", len(ctx.node.output))
+        chunk = -(-data.shape[axis] // parts)
+        sizes = [min(chunk, data.shape[axis] - i * chunk) for i in range(parts)]
+    edges = np.cumsum(sizes)[:-1]
+    return [normalize(part) for part in np.split(data, edges, axis=axis)]
+
+
 def _axes(ctx: NodeContext, index: int) -> list[int] | None:
     if ctx.opset >= 13 and ctx.has(index):
         return [int(a) for a in np.asarray(ctx.inputs[index]).reshape(-1)]
@@ -256,6 +272,8 @@ def _range(ctx: NodeContext) -> list[np.ndarray] | None:
     start, limit, delta = (np.asarray(v) for v in ctx.inputs[:3])
     if any(is_symbolic(v) for v in (start, limit, delta)):
         return None
+    # scalars by the spec; exporters (AffineGrid's body) also pass one-element arrays
+    start, limit, delta = (v.reshape(-1)[0] for v in (start, limit, delta))
     return [np.arange(start, limit, delta, dtype=start.dtype)]
 
 
@@ -331,6 +349,7 @@ FOLDERS: dict[str, Folder] = {
     "CastLike": _cast_like,
     "Gather": _gather,
     "Concat": _concat,
+    "Split": _split,
     "Unsqueeze": _unsqueeze,
     "Squeeze": _squeeze,
     "Slice": _slice,
@@ -363,6 +382,7 @@ FOLDERS: dict[str, Folder] = {
     "Max": _elementwise(np.maximum, allow_symbolic=False),
     "Min": _elementwise(np.minimum, allow_symbolic=False),
     "Abs": _elementwise(np.abs, allow_symbolic=False),
+    "Relu": _elementwise(lambda a: np.maximum(a, 0).astype(a.dtype), allow_symbolic=False),
     "Sqrt": _elementwise(np.sqrt, allow_symbolic=False),
     "Floor": _elementwise(np.floor, allow_symbolic=False),
     "Ceil": _elementwise(np.ceil, allow_symbolic=False),

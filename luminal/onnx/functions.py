@@ -80,7 +80,8 @@ def _type_proto(value: Any) -> onnx.TypeProto:
     if value is None:
         return onnx.TypeProto()
     if isinstance(value, GraphTensor):
-        return helper.make_tensor_type_proto(_TYPES[value.dtype], [None] * value.ndim)
+        dims = [d.as_int() for d in value.view.shape]  # None where symbolic
+        return helper.make_tensor_type_proto(_TYPES[value.dtype], dims)
     array = np.asarray(value)
     elem = (
         TensorProto.INT64 if array.dtype == object else helper.np_dtype_to_tensor_dtype(array.dtype)
@@ -129,9 +130,34 @@ def expand(
                 value.CopyFrom(source)
                 value.name = attribute.name
                 resolved.append(value)
+            elif attribute.type == onnx.AttributeProto.GRAPH:
+                resolved.append(_renamed_graph_attribute(attribute, rename))
             else:
                 resolved.append(attribute)
         del copy.attribute[:]
         copy.attribute.extend(resolved)
         body.append(copy)
     return body
+
+
+def _renamed_graph_attribute(attribute: onnx.AttributeProto, rename: Any) -> onnx.AttributeProto:
+    """A subgraph (If branch, Loop/Scan body) inside a function body reads the body's
+    values by name, so every name in it is renamed as the body's are (ONNX names are
+    unique, so the subgraph's own names stay distinct once prefixed)."""
+    copy = onnx.AttributeProto()
+    copy.CopyFrom(attribute)
+    _rename_graph(copy.g, rename)
+    return copy
+
+
+def _rename_graph(graph: onnx.GraphProto, rename: Any) -> None:
+    for info in [*graph.input, *graph.output, *graph.value_info]:
+        info.name = rename(info.name)
+    for init in graph.initializer:
+        init.name = rename(init.name)
+    for node in graph.node:
+        node.input[:] = [rename(n) for n in node.input]
+        node.output[:] = [rename(n) for n in node.output]
+        for attribute in node.attribute:
+            if attribute.type == onnx.AttributeProto.GRAPH:
+                _rename_graph(attribute.g, rename)

@@ -222,7 +222,8 @@ class Importer:
             raise OnnxImportError(f"{ctx.describe()}: {type(error).__name__}: {error}") from error
         if not isinstance(results, list | tuple):
             results = [results]
-        return list(results)
+        # numpy folds 0-d values to scalars (np.equal of two 0-d arrays): keep arrays
+        return [np.asarray(r) if isinstance(r, np.generic) else r for r in results]
 
     def _dispatch(self, ctx: NodeContext, env: dict[str, Value], opsets: Opsets) -> Any:
         node, domain = ctx.node, ctx.domain

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from luminal.onnx.ops import (
     activations,
     bitwise,
+    control_flow,
     elementwise,
     indexing,
     matmul,
@@ -24,6 +25,7 @@ RULES: dict[str, Rule] = {
     **elementwise.RULES,
     **activations.RULES,
     **bitwise.RULES,
+    **control_flow.RULES,
     **reductions.RULES,
     **shape_ops.RULES,
     **indexing.RULES,

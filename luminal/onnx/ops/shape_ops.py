@@ -340,10 +340,15 @@ def _constant_of_shape(ctx: NodeContext) -> GraphTensor:
     return full(ctx.graph, item, shape, dtype)
 
 
+def _first(value: np.ndarray) -> Any:
+    """The one element of a scalar or one-element array, as a Python number or Expr."""
+    item = np.asarray(value).reshape(-1)[0]
+    return item.item() if isinstance(item, np.generic) else item
+
+
 def _range(ctx: NodeContext) -> GraphTensor:
     start, limit, delta = (
-        np.asarray(ctx.static(i, n)).reshape(()).item()
-        for i, n in enumerate(("start", "limit", "delta"))
+        _first(ctx.static(i, n)) for i, n in enumerate(("start", "limit", "delta"))
     )
     if any(isinstance(v, float) for v in (start, limit, delta)):
         raise ctx.unsupported("a float Range with symbolic bounds")
