@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import math
 import os
-import pickle
-import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,6 @@ from luminal.backends.cpu.tuning import (
     SPACE_VERSION,
     CpuSearchSpace,
     ProgramSpace,
-    without_inputs,
 )
 from luminal.backends.cpu.verify import (
     check_inputs,
@@ -38,10 +36,10 @@ from luminal.compiler.passes import GenericCompiler
 from luminal.errors import CompileError
 from luminal.graph import Graph
 from luminal.search.budget import Deadline, TimeBudget
-from luminal.search.cache import SearchCache, SearchRecord, cpu_model, luminal_version, search_key
+from luminal.search.cache import SearchCache, SearchRecord, search_key
+from luminal.search.driver import SearchStages, unsendable
 from luminal.search.fingerprint import graph_fingerprint
 from luminal.search.programs import ProgramAlternatives, split_config
-from luminal.search.strategy import BeamSearch
 
 __all__ = ["CPUCompiler", "assemble", "lower", "lower_kernels", "static_program"]
 
@@ -117,7 +115,7 @@ class CPUCompiler:
         saved_inputs = dict(graph.input_data)
         dims = check_inputs(graph, reference)
         try:
-            reason = _unsendable(graph)
+            reason = unsendable(graph)
             if reason is not None:
                 warnings.warn(
                     f"CPUCompiler: measured search skipped, the static program is used: {reason}",
@@ -134,7 +132,9 @@ class CPUCompiler:
                 and self.mode == "optimal"
             ):
                 record = None  # a search cut short by a budget does not stand for "optimal"
-            stages = _Stages(self, reference, deadline)
+            stages = SearchStages(
+                self, reference, deadline, self._reference_results(reference), backend="cpu"
+            )
             program = split_config(record.chosen)[0] if record is not None else {}
             if record is not None and not program:
                 # a cached static program: no alternatives to enumerate
@@ -164,6 +164,13 @@ class CPUCompiler:
             graph.input_data.clear()
             graph.input_data.update(saved_inputs)
 
+    def _reference_results(self, reference: Graph) -> Callable[[], tuple[dict, list]]:
+        def results() -> tuple[dict, list]:
+            expected = reference_outputs(reference, self.rtol, self.atol)
+            return expected, output_views(reference, expected)
+
+        return results
+
     def _cache_directory(self) -> Path:
         if isinstance(self.cache, str | os.PathLike):
             return Path(self.cache)
@@ -176,115 +183,3 @@ def static_program(graph: Graph) -> CompiledGraph:
     graph.compile(EGraphCompiler(rulesets=RULESETS))
     graph.compile(GenericCompiler())
     return lower(graph)
-
-
-def _unsendable(graph: Graph) -> str | None:
-    """Why candidates of this graph cannot go to the measuring process, if they cannot
-    (a Python function op that does not pickle, such as a closure from `print`)."""
-    try:  # the input arrays travel separately (and numpy arrays always pickle)
-        pickle.dumps(without_inputs(graph))
-    except (pickle.PicklingError, AttributeError, TypeError) as error:
-        return f"the graph holds a Python object the measuring process cannot receive ({error})"
-    return None
-
-
-class _Stages:
-    """Search stages sharing one clock, one measuring process, one progress bar and one
-    list of trials."""
-
-    def __init__(self, compiler: CPUCompiler, reference: Graph, deadline: Deadline) -> None:
-        self.compiler = compiler
-        self.reference = reference
-        self.deadline = deadline
-        self._expected: dict | None = None
-        self.trials: list = []
-        self.results: list = []
-
-    @property
-    def expected(self) -> dict:
-        """The reference outputs, computed on first use (a cache hit needs none)."""
-        if self._expected is None:
-            compiler = self.compiler
-            self._expected = reference_outputs(self.reference, compiler.rtol, compiler.atol)
-        return self._expected
-
-    def run(self, space: Any, context: dict[str, str] | None = None) -> dict[str, str]:
-        compiler = self.compiler
-        bar = _progress_bar(compiler.progress, space)
-        # time for the final build and check after the search: a tenth of the budget
-        reserve = 0.1 * self.deadline.seconds if self.deadline.bounded else 0.0
-
-        def report(tried: int, best: float | None, left: float) -> None:
-            if bar is not None:
-                bar.update(max(0, tried - bar.n))
-                best_text = "-" if best is None else f"{best * 1e3:.3f} ms"
-                left_text = "unbounded" if not math.isfinite(left) else f"{max(left, 0):.0f} s"
-                bar.set_postfix_str(f"best {best_text}, left {left_text}")
-
-        search = BeamSearch(
-            space,
-            self.expected,
-            output_views(self.reference, self.expected),
-            self.deadline,
-            beam=compiler.beam,
-            seed=compiler.seed,
-            reserve=reserve,
-            timeout=compiler.candidate_timeout,
-            progress=report,
-            trials=self.trials,
-            context=context,
-        )
-        try:
-            result = search.run()
-        finally:
-            if bar is not None:
-                bar.close()
-        self.results.append(result)
-        return result.best
-
-    def record(self, key: str, chosen: dict, sites: dict, kernel_sites: int) -> SearchRecord:
-        compiler = self.compiler
-        last = self.results[-1]
-
-        def fastest(config: dict[str, str]) -> float:
-            times = [t.seconds for t in self.trials if t.config == config and t.status == "ok"]
-            return min(times) if times else math.nan
-
-        # trials hold full configurations: {} is the static program with static kernels
-        baseline = fastest({})
-        best = fastest(chosen)
-        return SearchRecord(
-            key=key,
-            label=_label(self.reference, kernel_sites),
-            backend="cpu",
-            mode=repr(compiler.mode),
-            cpu=cpu_model(),
-            version=luminal_version(),
-            chosen=chosen,
-            best_seconds=best,
-            baseline_seconds=baseline,
-            search_seconds=self.deadline.elapsed(),
-            sites=sites,
-            trials=self.trials,
-            stopped_by=last.stopped_by,
-        )
-
-
-def _progress_bar(progress: bool | None, space: Any) -> Any:
-    show = sys.stderr.isatty() if progress is None else progress
-    if not show:
-        return None
-    from tqdm.auto import tqdm
-
-    total = 1 + sum(len(site.options) - 1 for site in space.sites)
-    return tqdm(total=total, desc="luminal search", unit="candidate", leave=False)
-
-
-def _label(reference: Graph, sites: int) -> str:
-    """What a reader of `luminal search-report` recognises a model by."""
-    outputs = [
-        "(" + ", ".join(str(d) for d in reference.nodes[n].shape) + ")"
-        for n in reference.output_roots()
-    ]
-    shown = ", ".join(outputs[:3]) + (f" +{len(outputs) - 3}" if len(outputs) > 3 else "")
-    return f"{len(reference.nodes)} nodes, outputs {shown}, {sites} sites"

@@ -10,12 +10,9 @@ and checked against the reference runtime before it can be chosen.
 from __future__ import annotations
 
 import pickle
-import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-
-import numpy as np
 
 from luminal import ops
 from luminal.backends.cpu import toolchain
@@ -24,6 +21,7 @@ from luminal.backends.cpu.lowering import Lowering, assemble, lower_kernels
 from luminal.backends.cpu.runtime import CompiledGraph
 from luminal.errors import CompileError, LuminalError
 from luminal.graph import Graph
+from luminal.search.driver import shared_inputs, without_inputs
 from luminal.search.programs import ProgramAlternatives
 from luminal.search.strategy import Config, Prepared, Site
 
@@ -215,19 +213,6 @@ class ProgramSpace:
 
 
 Builder = Callable[[Config], tuple[Graph, CompiledGraph]]
-
-
-def shared_inputs(graph: Graph) -> tuple[str, dict[int, np.ndarray]]:
-    """The graph's input arrays (weights included), which the measuring process receives
-    once, with a token naming them. The arrays themselves, not a pickled copy: the
-    protocol writes them to the pipe from their own memory."""
-    return uuid.uuid4().hex, dict(graph.input_data)
-
-
-def without_inputs(graph: Graph) -> Graph:
-    """The graph's structure without input arrays, outputs or compiled program: what one
-    candidate sends (tensors it holds point at the copy, so no array rides along)."""
-    return graph.structure_copy(inputs=False)
 
 
 def prepare_candidates(
