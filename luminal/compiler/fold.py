@@ -39,6 +39,7 @@ class FoldChannelScale:
 
 
 def _fold(graph: Graph, mul: Node, readers: Readers) -> bool:
+    """Fold the scale of one Mul if it qualifies; True when the graph changed."""
     for side in (0, 1):
         reduced, scale = mul.inputs[side], mul.inputs[1 - side]
         found = _contraction(graph, reduced, readers)
@@ -58,7 +59,7 @@ def _fold(graph: Graph, mul: Node, readers: Readers) -> bool:
                 continue
             if reduced.view.is_identity() or mul.id not in graph.retrieved | graph.kept:
                 _rewrite(graph, mul, reduced, reduce_node, product_node, operand, scale, pulled)
-                _rewire_readers(graph, readers, mul, reduce_node, product_node)
+                _drop_replaced(graph, readers, reduce_node, product_node)
                 return True
     return False
 
@@ -193,9 +194,7 @@ def _rewrite(
     graph.replace(mul.id, new_sum, reduced.view)
 
 
-def _rewire_readers(
-    graph: Graph, readers: Readers, mul: Node, reduce_node: Node, product_node: Node
-) -> None:
+def _drop_replaced(graph: Graph, readers: Readers, reduce_node: Node, product_node: Node) -> None:
     """Drop the replaced nodes (nothing reads them now) and rebuild the reader map."""
     for node_id in (reduce_node.id, product_node.id):
         graph.remove(node_id)
