@@ -48,9 +48,10 @@ def interpolate(
     if mode == "nearest" and align_corners is not None:
         raise LuminalError(f"{op}: align_corners only applies to linear modes")
     targets = _output_sizes(x, dims, size, scale_factor, recompute_scale_factor, op)
-    for axis, (out, scale) in enumerate(targets):
-        x = _resample(x, 2 + axis, out, scale, mode, bool(align_corners), op)
-    return x
+    with x.graph.atomic():  # an error on a later dim removes what earlier dims added
+        for axis, (out, scale) in enumerate(targets):
+            x = _resample(x, 2 + axis, out, scale, mode, bool(align_corners), op)
+        return x
 
 
 def _output_sizes(
