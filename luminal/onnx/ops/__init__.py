@@ -14,6 +14,7 @@ from luminal.onnx.ops import (
     indexing,
     matmul,
     nn_ops,
+    recurrent,
     reductions,
     resize,
     shape_ops,
@@ -31,5 +32,6 @@ RULES: dict[str, Rule] = {
     **indexing.RULES,
     **matmul.RULES,
     **nn_ops.RULES,
+    **recurrent.RULES,
     **resize.RULES,
 }
