@@ -17,13 +17,19 @@ The kernel is the first `void` function *defined* in the source (a prototype or 
 element of `out`: the reference runtime fills `out` with a pattern before the call and
 raises ExecutionError for elements the call left untouched, so the check against the
 reference catches a kernel that skips some.
+
+`reference=` gives the reference runtime a numpy callable instead (`reference(*inputs)`
+on contiguous arrays in their storage dtypes, returning the output): the oracle the
+compiled C is then checked against (luminal.quant's packed-weight kernels use it).
+Make it picklable and hashable (a frozen dataclass with `__call__`), as it travels
+with the graph node.
 """
 
 from __future__ import annotations
 
 import ctypes
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +48,7 @@ class CustomKernel(ops.Op):
 
     function: str
     source: str
+    reference: Callable[..., np.ndarray] | None = None
     arity = None
 
 
@@ -51,10 +58,12 @@ def custom_kernel(
     output_shape: Sequence[ExprLike],
     dtype: Any = float32,
     name: str | None = None,
+    reference: Callable[..., np.ndarray] | None = None,
 ) -> Any:
     """Add a node running `c_source`'s function on `inputs`; returns its output tensor.
     `name` is the C function to call (default: the first non-static void function
-    defined; prototypes do not count)."""
+    defined; prototypes do not count); `reference` its numpy equivalent, which the
+    reference runtime runs instead of the C (see the module docstring)."""
     if not inputs:
         raise GraphError("custom_kernel: needs at least one input tensor")
     graph = inputs[0].graph
@@ -69,7 +78,10 @@ def custom_kernel(
     with graph.atomic():
         contiguous = [t.contiguous() for t in inputs]
         return graph.add_node(
-            CustomKernel(function, c_source), contiguous, tuple(output_shape), as_dtype(dtype)
+            CustomKernel(function, c_source, reference),
+            contiguous,
+            tuple(output_shape),
+            as_dtype(dtype),
         )
 
 
@@ -100,7 +112,10 @@ def _after_parameters(code: str, start: int) -> int | None:
 
 def _reference(op: CustomKernel, inputs: list[np.ndarray], ctx: kernels.KernelContext) -> Any:
     """Compile the user's source (cached on disk) and call it on contiguous arrays in
-    their storage dtypes (the reference runtime hands float16 over as float32)."""
+    their storage dtypes (the reference runtime hands float16 over as float32), or run
+    the node's numpy `reference` on them."""
+    if op.reference is not None:
+        return _numpy_reference(op, inputs, ctx)
     from luminal.backends.cpu import toolchain
 
     library = toolchain.load(toolchain.build_shared([(op.function, op.source)]))
@@ -131,6 +146,23 @@ def _reference(op: CustomKernel, inputs: list[np.ndarray], ctx: kernels.KernelCo
                 f"{first}); it must write every element of out"
             )
     return out
+
+
+def _numpy_reference(
+    op: CustomKernel, inputs: list[np.ndarray], ctx: kernels.KernelContext
+) -> np.ndarray:
+    arrays = [
+        np.ascontiguousarray(array.astype(dtype.numpy, copy=False))
+        for array, dtype in zip(inputs, ctx.input_dtypes, strict=True)
+    ]
+    assert op.reference is not None
+    out = np.asarray(op.reference(*arrays))
+    if out.shape != tuple(ctx.shape):
+        raise ExecutionError(
+            f"custom kernel '{op.function}': its numpy reference returned shape {out.shape}, "
+            f"expected {tuple(ctx.shape)}"
+        )
+    return out.astype(ctx.dtype.numpy, copy=False)
 
 
 # byte patterns an output is filled with before the call: an element still holding both

@@ -1,0 +1,119 @@
+"""Packed-weight ops as graph nodes: `quant_matmul` and `dequantize_rows`.
+
+Both are `lm.custom_kernel` nodes: C source from luminal/quant/kernels (common.h plus
+the format's file, plus a small exported entry with the shapes baked in) for the CPU
+backend, and a numpy `reference` (luminal/quant/reference.py) that the reference
+runtime runs instead, so it stays the oracle. The packed bytes are a graph input of
+int32 words (bool bytes when a row is not whole words; `BlockFormat.storage`), shape
+(rows, row words); C reads them as bytes.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from importlib import resources
+
+from luminal.custom import custom_kernel
+from luminal.dtype import DType
+from luminal.errors import DTypeError, ShapeError
+from luminal.quant.formats import BlockFormat, block_format
+from luminal.quant.reference import PREFILL_ROWS, PackedRows, QuantMatmul
+from luminal.tensor import GraphTensor
+
+
+@functools.cache
+def kernel_file(name: str) -> str:
+    return resources.files("luminal.quant").joinpath("kernels", name).read_text()
+
+
+def format_source(fmt: BlockFormat) -> str:
+    """common.h and the format's kernels, as one translation unit's prelude."""
+    return kernel_file("common.h") + "\n" + kernel_file(f"{fmt.name.lower()}.c")
+
+
+def _entry(fmt: BlockFormat, what: str, signature: str, body: str) -> tuple[str, str]:
+    """(function name, full source) of an exported entry; the name carries a hash of the
+    source, and the symbol is weak, so kernels of one library may repeat it."""
+    code = f"{signature} {{\n    {body}\n}}\n"
+    digest = hashlib.sha256((format_source(fmt) + code).encode()).hexdigest()[:10]
+    name = f"lq_{fmt.name.lower()}_{what}_{digest}"
+    return name, f"{format_source(fmt)}\n__attribute__((weak)) " + code.replace("NAME", name)
+
+
+def matmul_source(
+    fmt: BlockFormat, n: int, k: int, prefill_rows: int, quantized: bool
+) -> tuple[str, str]:
+    f = fmt.name.lower()
+    return _entry(
+        fmt,
+        f"matmul{'_q8' if quantized else ''}_{n}x{k}",
+        f"void NAME(float* out, const float* x, const {_c_type(fmt, k)}* w, "
+        "const long long* numel)",
+        f"lq_matmul(out, x, (const uint8_t*)w, numel[1] / {k}, {n}, {k}, {fmt.row_bytes(k)}LL, "
+        f"{prefill_rows}LL, {int(quantized)}, lq_dot_{f}, lq_fdot_{f}, lq_dequant_{f});",
+    )
+
+
+def rows_source(fmt: BlockFormat, k: int) -> tuple[str, str]:
+    return _entry(
+        fmt,
+        f"rows_{k}",
+        f"void NAME(float* out, const {_c_type(fmt, k)}* rows, const long long* numel)",
+        f"lq_dequant_rows(out, (const uint8_t*)rows, numel[0] / {k}, {k}, {fmt.row_bytes(k)}LL, "
+        f"lq_dequant_{fmt.name.lower()});",
+    )
+
+
+def _c_type(fmt: BlockFormat, k: int) -> str:
+    return "int" if fmt.storage(k)[0] == "int32" else "unsigned char"
+
+
+def _check_packed(what: str, packed: GraphTensor, fmt: BlockFormat, k: int) -> None:
+    dtype, width = fmt.storage(k)
+    if packed.dtype != DType(dtype) or packed.ndim < 1 or packed.shape[-1] != width:
+        raise ShapeError(
+            f"{what}: packed {fmt.name} rows of {k} values are {dtype} (..., {width}), got "
+            f"{packed.dtype.value} {packed._shape_text()}"
+        )
+
+
+def quant_matmul(
+    x: GraphTensor,
+    packed: GraphTensor,
+    kind: str,
+    quantized_activations: bool = False,
+    prefill_rows: int = PREFILL_ROWS,
+) -> GraphTensor:
+    """x (..., k) @ W.T with W (n, k) given as packed `kind` blocks: float32 (..., n).
+    Fewer than `prefill_rows` activation rows are multiplied row by row, unpacking W in
+    registers; more, by dequantised panels of W. `quantized_activations`: the few-row
+    path rounds activations to 8 bits per block of 32 and uses integer dot products, as
+    llama.cpp does; faster where compute binds, but a step function of its input, so
+    float differences upstream can flip a rounding and move outputs by ~1/127 of a
+    block's largest term (CPUCompiler's check against the reference may then fail)."""
+    fmt = block_format(kind)
+    n, k = int(packed.shape[0]), int(x.shape[-1])
+    what = f"quant_matmul({fmt.name}, n={n}, k={k})"
+    _check_packed(what, packed, fmt, k)
+    if packed.ndim != 2:
+        raise ShapeError(f"{what}: packed weights must be 2-D, got {packed._shape_text()}")
+    if not x.dtype.is_float:
+        raise DTypeError(f"{what}: activations must be float, got {x.dtype.value}")
+    x = x.cast("float32") if x.dtype != DType.float32 else x
+    name, source = matmul_source(fmt, n, k, prefill_rows, quantized_activations)
+    reference = QuantMatmul(fmt.name.lower(), n, k, quantized_activations, prefill_rows)
+    shape = (*x.shape[:-1], n)
+    return custom_kernel([x, packed], source, shape, name=name, reference=reference)
+
+
+def dequantize_rows(rows: GraphTensor, kind: str, k: int) -> GraphTensor:
+    """Packed rows (..., row_bytes) -> float32 (..., k), e.g. embedding rows gathered
+    from a packed table."""
+    fmt = block_format(kind)
+    _check_packed(f"dequantize_rows({fmt.name}, k={k})", rows, fmt, k)
+    name, source = rows_source(fmt, k)
+    shape = (*rows.shape[:-1], k)
+    return custom_kernel(
+        [rows], source, shape, name=name, reference=PackedRows(fmt.name.lower(), k)
+    )
