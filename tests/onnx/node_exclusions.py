@@ -271,10 +271,6 @@ EXCLUDED: dict[str, list[str]] = {
         "test_image_decoder_decode_tiff_rgb",
         "test_image_decoder_decode_webp_rgb",
     ],
-    ("not imported yet: Det"): [
-        "test_det_2d",
-        "test_det_nd",
-    ],
     ("not imported yet: Einsum"): [
         "test_einsum_batch_diagonal",
     ],

@@ -126,3 +126,15 @@ def test_bitwise_whole_int32_range(op: str) -> None:
     node = helper.make_node(op, ["a", "b"], ["y"])
     feeds = {"a": a, "b": b}
     _check(_model(node, feeds, ["y"]), feeds, compiled=op == "BitwiseAnd")
+
+
+def test_det_pivots_and_singular_matrices() -> None:
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((6, 5, 5)).astype(np.float32)
+    x[1, 0, 0] = 0.0  # needs a row swap
+    x[2, 3] = x[2, 1] * 2.0  # singular
+    x[3] = np.eye(5, dtype=np.float32)[[1, 0, 2, 4, 3]]  # a permutation: det 1
+    x[4, :, 2] = 0.0  # a zero column
+    model = _model(helper.make_node("Det", ["x"], ["y"]), {"x": x}, ["y"])
+    (ours,) = LuminalBackend.prepare(model).run({"x": x})
+    np.testing.assert_allclose(ours, np.linalg.det(x.astype(np.float64)), rtol=1e-4, atol=1e-4)

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from luminal.onnx.context import NodeContext
-from luminal.shape.expr import sym
+from luminal.shape.expr import sym, var
 from luminal.tensor import GraphTensor
 
 Rule = Callable[[NodeContext], object]
@@ -105,4 +105,49 @@ def _lay_out(x: GraphTensor, term: str, letters: list[str], sizes: dict[str, Any
     return x.expand(tuple(sizes[c] for c in letters))
 
 
-RULES: dict[str, Rule] = {"MatMul": _matmul, "Gemm": _gemm, "Einsum": _einsum}
+def _det(ctx: NodeContext) -> GraphTensor:
+    """Determinant by Gaussian elimination with partial pivoting, unrolled over the
+    (known) matrix size: each step takes the row with the largest |pivot| (argmax and a
+    row gather; a swap flips the sign), then clears the column below it. A zero pivot
+    column leaves the row as it is and the product of the diagonal is 0."""
+    x = ctx.tensor(0)
+    a = x if x.dtype.is_float else x.cast("float32")
+    n = int(a.view.shape[-1].as_int())
+    batch = tuple(a.view.shape[:-2])
+    a = a.reshape((-1, n, n))
+    rows = a.graph.arange(n).reshape((1, n))  # (1, n): row numbers
+    sign: GraphTensor | None = None
+    diagonal = []
+    for k in range(n):
+        column = a.slice([None, None, (k, k + 1)]).reshape((-1, n))
+        below = rows.ge(k).cast(a.dtype)
+        pivot = (column.abs() * below - (1.0 - below)).argmax(1, keepdim=True)  # (b, 1)
+        # order: row k <- pivot row, pivot row <- row k, others stay
+        at_k, at_pivot = rows.eq(k), rows.eq(pivot)
+        order = rows + at_k * (pivot - k) + at_pivot * (k - pivot)
+        a = _take_rows(a, order)
+        swapped = 1.0 - pivot.ne(k).cast(a.dtype) * 2.0
+        sign = swapped if sign is None else sign * swapped
+        top = a.slice([None, (k, k + 1), None])  # (b, 1, n)
+        lead = top.slice([None, None, (k, k + 1)])  # (b, 1, 1)
+        diagonal.append(lead.reshape((-1, 1)))
+        safe = lead + lead.eq(0).cast(a.dtype)
+        factors = a.slice([None, None, (k, k + 1)]) / safe  # (b, n, 1)
+        factors = factors * rows.gt(k).cast(a.dtype).reshape((1, n, 1))
+        a = a - factors * top
+    product = diagonal[0]
+    for d in diagonal[1:]:
+        product = product * d
+    result = (product * sign).reshape(batch)
+    return result.cast(x.dtype)
+
+
+def _take_rows(a: GraphTensor, order: GraphTensor) -> GraphTensor:
+    """a (b, n, n) with row i of each matrix replaced by row order[b, i]."""
+    n = a.view.shape[1]
+    base = a.graph.iota((var("z") // n) * n, order.view.shape)
+    flat = a.reshape((-1, n))
+    return flat.gather(base + order).reshape(a.view.shape)
+
+
+RULES: dict[str, Rule] = {"MatMul": _matmul, "Gemm": _gemm, "Einsum": _einsum, "Det": _det}
