@@ -175,17 +175,3 @@ def _affine_unravel(
     if used != sum(len(v) for v in by_stride.values()):
         return None  # some term's coefficient is not a stride of this buffer
     return indices
-
-
-def variable_bounds(expr: Expr) -> dict[str, int | None]:
-    """Each variable of `expr` (nested ones included) with its inclusive upper bound."""
-    bounds: dict[str, int | None] = {}
-    stack = [expr]
-    while stack:
-        for mono, _ in stack.pop().terms:
-            for atom in mono:
-                if atom.op == "var":
-                    bounds[atom.args[0]] = atom.upper
-                else:
-                    stack.extend(a for a in atom.args if isinstance(a, Expr))
-    return bounds

@@ -119,11 +119,14 @@ def _wrapped(text: str) -> bool:
     return False
 
 
-def _render_atom(atom: Atom, c_syntax: bool, bare: bool = False) -> str:
+def _render_atom(
+    atom: Atom, c_syntax: bool, bare: bool = False, names: Mapping[str, str] | None = None
+) -> str:
     if atom.op == "var":
-        return atom.args[0]
-    a = _operand(render(atom.args[0], c_syntax))
-    b = _operand(render(atom.args[1], c_syntax))
+        name = atom.args[0]
+        return names.get(name, name) if names else name
+    a = _operand(render(atom.args[0], c_syntax, names=names))
+    b = _operand(render(atom.args[1], c_syntax, names=names))
     if atom.op in ("min", "max"):
         if not c_syntax:
             return f"{atom.op}({a}, {b})"
@@ -152,15 +155,20 @@ def _c_division(atom: Atom, a: str, b: str, bare: bool) -> str:
     return text
 
 
-def render(expr: Expr, c_syntax: bool, top: bool = False) -> str:
+def render(
+    expr: Expr, c_syntax: bool, top: bool = False, names: Mapping[str, str] | None = None
+) -> str:
     """Coefficients first (`2*a + 1`); sums and infix atoms are parenthesised unless
-    they are the whole (`top`) expression."""
+    they are the whole (`top`) expression. `names` renames variables as they are written
+    (the order of terms stays that of the expression's own names)."""
     if not expr.terms:
         return "0"
     bare = top and len(expr.terms) == 1
     out = ""
     for i, (mono, coef) in enumerate(expr.terms):
-        factors = [_render_atom(a, c_syntax, bare and coef == 1 and len(mono) == 1) for a in mono]
+        factors = [
+            _render_atom(a, c_syntax, bare and coef == 1 and len(mono) == 1, names) for a in mono
+        ]
         if abs(coef) != 1 or not factors:
             factors.insert(0, str(abs(coef)))
         text = "*".join(factors)

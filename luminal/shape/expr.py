@@ -229,11 +229,12 @@ class Expr:
         # shapes print as users write them: (batch, 3), not (Expr(batch), 3)
         return str(self)
 
-    def to_c(self) -> str:
-        """C source for this expression, fully parenthesised, over `long long` variables.
-        `/` and `%` keep floor semantics: they are plain C operators where the numerator
-        is provably non-negative (shapes and indices) and guarded otherwise."""
-        return _render(self, c_syntax=True)
+    def to_c(self, names: Mapping[str, str] | None = None) -> str:
+        """C source for this expression, fully parenthesised, over `long long` variables
+        (renamed by `names` where given). `/` and `%` keep floor semantics: they are plain
+        C operators where the numerator is provably non-negative (shapes and indices) and
+        guarded otherwise."""
+        return _render(self, c_syntax=True, names=names)
 
 
 # ---------------------------------------------------------------------------

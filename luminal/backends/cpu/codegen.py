@@ -23,7 +23,6 @@ from luminal.kernel.indexing import (
     loop_index,
     loop_name,
     unravel,
-    variable_bounds,
 )
 from luminal.shape.expr import ONE, Expr, sym, var
 
@@ -124,11 +123,10 @@ def dim_name(name: str) -> str:
 def c_expr(expr: Expr) -> str:
     """Render an index expression with dims renamed to their C locals (`dim_<name>`) and
     loop indices to their loop names (`i0_`, `r0_`): two namespaces that cannot meet."""
-    mapping = {
-        n: var(loop_name(n), upper) if is_loop_index(n) else var(dim_name(n))
-        for n, upper in variable_bounds(expr).items()
-    }
-    return expr.substitute(mapping).to_c() if mapping else expr.to_c()
+    names = expr.variables()
+    dims = {n: var(dim_name(n)) for n in names if not is_loop_index(n)}
+    loops = {n: loop_name(n) for n in names if is_loop_index(n)}
+    return (expr.substitute(dims) if dims else expr).to_c(loops)
 
 
 def _float_literal(value: float) -> str:
