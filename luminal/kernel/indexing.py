@@ -58,14 +58,6 @@ def dims_of(graph: Graph) -> list[str]:
     return sorted(names)
 
 
-def product(shape: Sequence[Expr]) -> Expr:
-    """The number of elements of `shape`."""
-    total = ONE
-    for d in shape:
-        total = total * d
-    return total
-
-
 def flat_index(indices: Sequence[Expr], shape: Sequence[Expr]) -> Expr:
     """Row-major flat position of logical `indices` in a buffer of `shape`."""
     flat = ZERO
