@@ -16,7 +16,7 @@ import pytest
 import luminal as lm
 from luminal.backends.cpu import lowering
 from luminal.backends.cpu.codegen import KernelSource
-from luminal.backends.cpu.tuning import shared_inputs
+from luminal.search.driver import shared_inputs
 from luminal.search.programs import ProgramAlternatives
 from luminal.search.protocol import read_message, write_message
 
