@@ -5,14 +5,26 @@
 - MiniLM-L6 (the real all-MiniLM-L6-v2 weights) encoding a 32x128 batch;
 - a Llama (hidden 1024, 2 layers, 16 heads, 8 KV heads, vocab 32000, random weights):
   prefill of 128 tokens and per-token decode with the KV cache, with the decode's
-  effective weight bandwidth against this machine's copy bandwidth.
-Ratios are luminal time / transformers time (below 1 is faster).
+  effective weight bandwidth against this machine's copy bandwidth;
+- a Qwen2-0.5B-shaped model (hidden 896, 24 layers, 14 heads, 2 KV heads, vocab 151936,
+  tied embeddings, q/k/v biases; seeded random weights): per-token decode after a
+  32-token prompt, against Qwen2ForCausalLM with its KV cache.
+- a Whisper-tiny-shaped model (d_model 384, 4 + 4 layers, vocab 51865, seeded random
+  weights): encode 30 s of log-mel features, then 32 greedy tokens with the KV cache after
+  the 4 forced start tokens, against WhisperForConditionalGeneration with its cache.
+- YOLOv8n (seeded weights) on one 640x640 image, against PyTorch eager running the
+  re-implementation of ultralytics' model in tests/models/yolo_torch.py.
+Ratios are luminal time / transformers (PyTorch) time (below 1 is faster). `--only NAME`
+runs one row (minilm, llama, qwen2, whisper, yolo).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -23,9 +35,11 @@ import luminal as lm
 from luminal.models.bert import Bert, mean_pooling
 
 
-def report(name: str, ours: float, theirs: float, extra: str = "") -> None:
+def report(
+    name: str, ours: float, theirs: float, extra: str = "", peer: str = "transformers"
+) -> None:
     print(
-        f"{name:<34} luminal {ours * 1e3:9.2f} ms   transformers {theirs * 1e3:9.2f} ms "
+        f"{name:<34} luminal {ours * 1e3:9.2f} ms   {peer} {theirs * 1e3:9.2f} ms "
         f"  ratio {ours / theirs:5.2f}x {extra}"
     )
 
@@ -130,14 +144,160 @@ def bench_llama(repeats: int) -> None:
     )
 
 
+QWEN2_05B = dict(
+    hidden_size=896,
+    intermediate_size=4864,
+    num_hidden_layers=24,
+    num_attention_heads=14,
+    num_key_value_heads=2,
+    vocab_size=151936,
+    max_position_embeddings=32768,
+    rope_theta=1000000.0,
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=True,
+    attn_implementation="eager",
+)
+
+
+def bench_qwen2_decode(repeats: int, prompt_len: int = 32, steps: int = 32) -> None:
+    """Qwen2-0.5B-shaped decode: both sides run the same prompt, then `steps` single-token
+    steps with their KV cache are timed (best of `repeats`, each after a fresh prompt)."""
+    torch.manual_seed(0)
+    reference = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**QWEN2_05B)).eval()
+    model = lm.models.Qwen2(lm.Graph(), reference.config.to_dict())
+    model.load_state_dict(reference.state_dict())
+    session = model.session(compile=True)
+    prompt = np.random.default_rng(0).integers(0, 151936, (1, prompt_len)).astype(np.int32)
+    t_prompt = torch.tensor(prompt, dtype=torch.long)
+
+    def ours_steps() -> float:
+        session.prefill(prompt)
+        start = time.perf_counter()
+        for _ in range(steps):
+            session.step(np.array([1], np.int32))
+        return time.perf_counter() - start
+
+    @torch.no_grad()
+    def theirs_steps() -> float:
+        past = reference(t_prompt, use_cache=True).past_key_values
+        start = time.perf_counter()
+        for _ in range(steps):
+            past = reference(torch.tensor([[1]]), past_key_values=past).past_key_values
+        return time.perf_counter() - start
+
+    with torch.no_grad():
+        expected = reference(t_prompt).logits[:, -1].numpy()
+    np.testing.assert_allclose(session.prefill(prompt), expected, atol=1e-3, rtol=1e-3)
+    ours = min(ours_steps() for _ in range(repeats + 1)) / steps
+    theirs = min(theirs_steps() for _ in range(repeats + 1)) / steps
+    weights = sum(p.numel() for p in reference.parameters()) * 4  # the head reads the table
+    report(
+        "Qwen2-0.5B-shaped decode, per token",
+        ours,
+        theirs,
+        f"| {weights / ours / 1e9:.1f} GB/s of weights",
+    )
+
+
+def bench_whisper(repeats: int, steps: int = 32) -> None:
+    """Whisper-tiny-shaped transcription of one 30 s input: encoder, forced start tokens
+    (start, language, task, no timestamps), then greedy steps to `steps` tokens. Both
+    sides compute the cross-attention keys/values once and keep a self-attention cache."""
+    config = transformers.WhisperConfig(attn_implementation="eager")  # whisper-tiny sizes
+    torch.manual_seed(0)
+    reference = transformers.WhisperForConditionalGeneration(config).eval()
+    model = lm.models.Whisper(lm.Graph(), config.to_dict())
+    model.load_state_dict(reference.state_dict())
+    session = model.session(compile=True)
+    features = np.random.default_rng(0).standard_normal((1, 80, 3000)).astype(np.float32)
+    start = np.array([[50258, 50259, 50359, 50363]], np.int32)
+    t_features, t_start = torch.from_numpy(features), torch.from_numpy(start).long()
+
+    def ours() -> list[int]:
+        session.encode(features)
+        logits, tokens = session.prefill(start), []
+        while True:
+            tokens.append(int(np.argmax(logits[0])))
+            if len(tokens) == steps:
+                return tokens
+            logits = session.step(tokens[-1:])
+
+    @torch.no_grad()
+    def theirs() -> list[int]:
+        encoded = reference.model.encoder(t_features)
+        out = reference(encoder_outputs=encoded, decoder_input_ids=t_start, use_cache=True)
+        tokens = []
+        while True:
+            tokens.append(int(out.logits[0, -1].argmax()))
+            if len(tokens) == steps:
+                return tokens
+            step = torch.tensor([tokens[-1:]])
+            past = out.past_key_values
+            out = reference(encoder_outputs=encoded, decoder_input_ids=step, past_key_values=past)
+
+    if ours() != theirs():
+        raise AssertionError("Whisper bench: greedy tokens differ from transformers'")
+    name = f"Whisper-tiny encode + {steps} tokens"
+    report(name, best_of(ours, repeats), best_of(theirs, repeats))
+
+    def ours_encode() -> None:
+        session.encode(features)
+
+    @torch.no_grad()
+    def theirs_encode() -> None:
+        reference.model.encoder(t_features)
+
+    report(
+        "Whisper-tiny encode 30 s", best_of(ours_encode, repeats), best_of(theirs_encode, repeats)
+    )
+
+
+def bench_yolov8n(repeats: int) -> None:
+    """YOLOv8n inference on one 640x640 image (head output before NMS) against PyTorch
+    eager running the re-implementation of ultralytics' model that the tests use
+    (tests/models/yolo_torch.py; ultralytics itself does not install beside torch 2.13),
+    with the same seeded weights and BatchNorm statistics."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.models.yolo_torch import seeded_model
+
+    reference = seeded_model("n")
+    cx = lm.Graph()
+    model = lm.models.YOLOv8(cx, "n")
+    model.load_state_dict(reference.state_dict())
+    image = np.random.default_rng(0).random((1, 3, 640, 640)).astype(np.float32)
+    raw = model(cx.tensor(image.shape).set(image)).retrieve()
+    cx.compile(lm.CPUCompiler())
+    t_image = torch.from_numpy(image)
+
+    @torch.no_grad()
+    def theirs() -> torch.Tensor:
+        return reference(t_image)
+
+    cx.execute()
+    np.testing.assert_allclose(raw.numpy(), theirs().numpy(), atol=1e-2, rtol=1e-3)
+    ours, eager = best_of(cx.execute, repeats), best_of(theirs, repeats)
+    report("YOLOv8n 640x640 inference", ours, eager, peer="torch eager")
+
+
+BENCHES = {
+    "minilm": bench_minilm,
+    "llama": bench_llama,
+    "qwen2": bench_qwen2_decode,
+    "whisper": bench_whisper,
+    "yolo": bench_yolov8n,
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--only", choices=sorted(BENCHES), default=None)
     args = parser.parse_args()
     equal_threads(args.threads, f", transformers {transformers.__version__}")
-    bench_minilm(args.repeats)
-    bench_llama(args.repeats)
+    for name, bench in BENCHES.items():
+        if args.only in (None, name):
+            bench(args.repeats)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from safetensors.numpy import save_file
 
 import luminal as lm
 from luminal.models import GPT2, Gemma, Llama, Mistral, Phi3, Qwen2
+from luminal.nn.layers import default_generator
 from luminal.weights import gguf_to_hf_name
 
 ATOL, RTOL = 1e-4, 1e-3
@@ -131,6 +132,14 @@ def test_from_pretrained_picks_the_class_and_names_parameters_as_transformers(fa
     if model.config.tie_word_embeddings:
         del theirs["lm_head.weight"]
     assert {k: tuple(t.shape) for k, t in model.named_parameters()} == theirs
+
+
+def test_loading_and_sessions_draw_no_random_weights(family):
+    generator = default_generator().bit_generator
+    before = generator.state
+    model = lm.models.from_pretrained(family["folder"])
+    model.session(compile=False)
+    assert generator.state == before
 
 
 def test_logits_match_transformers_on_the_reference_runtime(family):
