@@ -39,6 +39,10 @@ def __getattr__(name: str) -> object:
         import luminal.onnx
 
         return luminal.onnx
+    if name == "quant":  # lm.quant.QuantLinear, load_gguf_model, ... (packed weights)
+        import luminal.quant
+
+        return luminal.quant
     if name == "training":  # lm.training.Autograd without an explicit import
         import luminal.training
 

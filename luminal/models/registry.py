@@ -15,8 +15,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-import numpy as np
-
 from luminal.errors import LuminalError
 from luminal.graph import Graph
 from luminal.models.bert import Bert
@@ -27,8 +25,7 @@ from luminal.models.mistral import Mistral
 from luminal.models.phi3 import Phi3
 from luminal.models.qwen2 import Qwen2
 from luminal.models.whisper import Whisper
-from luminal.nn.module import build_then_load
-from luminal.weights import gguf_llama_config, gguf_llama_state_dict, load_gguf, load_hf_config
+from luminal.weights import gguf_llama_config, gguf_llama_state_dict, load_hf_config
 
 PathLike = str | os.PathLike[str]
 T = TypeVar("T")
@@ -45,7 +42,8 @@ MODEL_TYPES: dict[str, Any] = {
     "whisper": Whisper,
 }
 
-# GGUF "general.architecture" -> (class, config from metadata, state dict from tensors)
+# GGUF "general.architecture" -> (class, config from metadata, state dict from tensors);
+# luminal.quant.load_gguf_model uses the class and the config converter
 GGUF_ARCHITECTURES: dict[str, tuple[Any, Callable[..., Any], Callable[..., Any]]] = {
     "llama": (Llama, gguf_llama_config, gguf_llama_state_dict),
 }
@@ -96,21 +94,20 @@ def from_pretrained(path: PathLike, cx: Graph | None = None, **options: Any) -> 
             f"from_pretrained: {str(path)!r} config.json has no model_type string "
             f"(got {model_type!r}); known: {sorted(MODEL_TYPES)}"
         )
+    quantize = options.pop("quantize", None)
+    if quantize is not None:  # Linear/Embedding weights packed as they load
+        from luminal.quant import quantize_pretrained
+
+        return quantize_pretrained(model_class(model_type), path, graph, quantize)
     return model_class(model_type).from_pretrained(path, graph, **options)
 
 
-def _from_gguf(path: Path, graph: Graph, dtype: Any = np.float32) -> Any:
-    """A GGUF file, dequantised to float32, through its architecture's converters."""
-    tensors, metadata = load_gguf(path, dtype)
-    arch = metadata.get("general.architecture")
-    if arch not in GGUF_ARCHITECTURES:
-        raise LuminalError(
-            f"from_pretrained: GGUF architecture {arch!r} of {str(path)!r} is not supported; "
-            f"known: {sorted(GGUF_ARCHITECTURES)}"
-        )
-    cls, to_config, to_state = GGUF_ARCHITECTURES[arch]
-    config = cls.config_class.from_dict(to_config(metadata, tensors))
-    return build_then_load(graph, lambda: cls(graph, config), lambda: to_state(tensors, metadata))
+def _from_gguf(path: Path, graph: Graph) -> Any:
+    """A GGUF file, memory-mapped, its Q8_0/Q4_0/Q4_K/Q6_K matrices kept packed
+    (luminal.quant), built by its architecture's row of GGUF_ARCHITECTURES."""
+    from luminal.quant import load_gguf_model
+
+    return load_gguf_model(path, graph)
 
 
 __all__ = [

@@ -32,7 +32,6 @@ from luminal.weights.gguf_io import (
     check_layout,
     dequantize,
     field_value,
-    gguf_llama_config,
     gguf_to_hf_name,
     unpermute_rope,
 )
@@ -201,10 +200,11 @@ def _packs(modules: Mapping[str, type], path: str, tensor: PackedTensor) -> bool
 
 
 # ---------------------------------------------------------------- GGUF models
-def gguf_architectures() -> dict[str, type]:
-    from luminal.models.llama import Llama
+def gguf_architectures() -> dict[str, tuple[Any, Any, Any]]:
+    """The registry's GGUF table: architecture -> (class, config converter, ...)."""
+    from luminal.models.registry import GGUF_ARCHITECTURES
 
-    return {"llama": Llama}
+    return GGUF_ARCHITECTURES
 
 
 def load_gguf_model(path: PathLike, graph: Graph | None = None) -> Any:
@@ -219,8 +219,8 @@ def load_gguf_model(path: PathLike, graph: Graph | None = None) -> Any:
             f"load_gguf_model: GGUF architecture {arch!r} of {str(path)!r} is not supported; "
             f"supported: {', '.join(sorted(classes))}"
         )
-    cls = classes[arch]
-    config = cls.config_class.from_dict(gguf_llama_config(metadata, tensors))
+    cls, to_config = classes[arch][:2]
+    config = cls.config_class.from_dict(to_config(metadata, tensors))
     heads = {
         "q_proj": config.num_attention_heads,
         "k_proj": config.num_key_value_heads,
@@ -247,7 +247,7 @@ def load_gguf_model(path: PathLike, graph: Graph | None = None) -> Any:
         if embed is not None:
             layout.append(PackedModule("lm_head", embed.format, tied_to=embed.path))
             state["lm_head.weight"] = state[f"{embed.path}.weight"]
-    model_cls = quantized_class(cls, tuple(sorted(layout)))
+    model_cls = quantized_class(cls, tuple(sorted(layout))) if layout else cls
     return build_then_load(graph, lambda: model_cls(graph, config), lambda: state)
 
 

@@ -80,7 +80,7 @@ def test_packed_llama_matches_reference_and_transformers(
     import torch
 
     cx = lm.Graph()
-    model = load_gguf_model(files[kind], cx)
+    model = lm.models.from_pretrained(files[kind], cx)
     packed = dict(model.named_modules())
     assert isinstance(packed["model.layers.1.self_attn.q_proj"], QuantLinear)
     assert isinstance(packed["lm_head"], QuantLinear)
@@ -170,12 +170,10 @@ def test_quantize_at_load(tmp_path: Path) -> None:
     reads the packed table), against the float model it came from."""
     import torch
 
-    from luminal.quant import quantize_pretrained
-
     config = {**CONFIG, "tie_word_embeddings": True, "num_hidden_layers": 1}
     hf = _hf_model(config)
     hf.save_pretrained(tmp_path)
-    model = quantize_pretrained(lm.models.Llama, tmp_path, lm.Graph(), "q8_0")
+    model = lm.models.from_pretrained(tmp_path, quantize="q8_0")
     assert isinstance(model.lm_head, QuantLinear)
     assert model.lm_head.weight is model.model.embed_tokens.weight
     with torch.no_grad():
