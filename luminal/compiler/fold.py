@@ -7,10 +7,11 @@ the scale can move onto the weight: the product is then computed on the (small) 
 instead of the (large) activation, and the contraction feeds the shift directly.
 
 The pass works on primitives and views alone: `Mul(SumReduce(Mul(a, w)), s)`, where
-the outer Mul reads the reduction through a bijective view (permutes and reshapes: the
-convolution's output layout) and `s` through any view. It maps `s`'s view back through
-the inverse of that view, broadcasts it over the reduced axis, and pulls it back through
-the weight edge's view, undoing each broadcast only where `s` is constant along it. The
+the outer Mul reads the reduction through permutes, reshapes and broadcasts (the
+convolution's output layout) and `s` through any view. It moves `s`'s view back through
+those movements (inverse permutes and reshapes; a broadcast is undone only where `s` is
+constant along it), broadcasts it over the reduced axis, and moves it back the same way
+through the weight edge's view. The
 fold happens only where it pays: the weight has fewer elements than the contraction's
 output, nothing else reads the contraction (so `s` cannot depend on it), and `s` is a
 tensor, not a constant scalar. Results equal the unfolded graph up to float rounding (one product is
@@ -46,15 +47,14 @@ def _fold(graph: Graph, mul: Node, readers: Readers) -> bool:
         if found is None or scale.source == reduced.source or _is_scalar(graph, scale.source):
             continue
         reduce_node, product_node = found
-        inverse = _inverse(reduced.view)
-        scale_view = None if inverse is None else scale.view.then(inverse)
+        scale_view = _undo(scale.view, reduced.view)  # the scale at each output position
         if scale_view is None:
             continue
         axis = reduce_node.op.axis
         scale_view = scale_view.expand(axis, product_node.shape[axis])
         for operand in (0, 1):
             weight = product_node.inputs[operand]
-            pulled = _pull_back(scale_view, weight.view)
+            pulled = _undo(scale_view, weight.view)
             if pulled is None or not _smaller(graph.nodes[weight.source], reduce_node):
                 continue
             if reduced.view.is_identity() or mul.id not in graph.retrieved | graph.kept:
@@ -87,35 +87,10 @@ def _is_scalar(graph: Graph, node_id: int) -> bool:
     return isinstance(node.op, ops.Constant) or product(node.shape) == 1
 
 
-def _inverse(view: ShapeTracker) -> ShapeTracker | None:
-    """A view reading a buffer of `view.shape` at each position of `view.source_shape`,
-    when `view` is a bijection (permutes, reshapes, unit expands); else None."""
-    if view.is_identity():
-        return ShapeTracker.contiguous(view.shape)
-    result: ShapeTracker | None = ShapeTracker.contiguous(view.shape)
-    for move in reversed(view.history):
-        if result is None:
-            return None
-        if isinstance(move, Permute):
-            inverse = [0] * len(move.axes)
-            for position, axis in enumerate(move.axes):
-                inverse[axis] = position
-            result = result.permute(inverse)
-        elif isinstance(move, Reshape):
-            result = result.reshape(move.input_shape)
-        elif isinstance(move, Expand) and move.size == 1:
-            shape = result.shape[: move.axis] + result.shape[move.axis + 1 :]
-            result = result.reshape(shape)
-        else:
-            return None
-    if result is None or tuple(result.shape) != tuple(view.source_shape):
-        return None
-    return result
-
-
-def _pull_back(scale: ShapeTracker, view: ShapeTracker) -> ShapeTracker | None:
-    """A view of the scale with the weight's shape that `view` reads back as `scale`,
-    or None when the scale varies along an axis the weight is broadcast over."""
+def _undo(scale: ShapeTracker, view: ShapeTracker) -> ShapeTracker | None:
+    """`scale` (a view with `view`'s shape) moved back through `view`'s movements to
+    `view.source_shape`: the view that `view` reads back as `scale`. None when `view`
+    slices, pads or pools, or broadcasts along an axis where the scale varies."""
     result: ShapeTracker | None = scale
     for move in reversed(view.history):
         if result is None:
