@@ -52,12 +52,14 @@ class PackedTensor:
 @dataclass(frozen=True, order=True)
 class PackedModule:
     """One packed module of a layout: its path (`model.layers.0.mlp.up_proj`), format,
-    llama.cpp RoPE row order (heads) if any, and the embedding a tied head reads."""
+    llama.cpp RoPE row order (heads) if any, the embedding a tied head reads, and
+    whether a linear layer rounds its activations to 8 bits when decoding."""
 
     path: str
     format: str
     rope_heads: int | None = None
     tied_to: str | None = None
+    quantized_activations: bool = False
 
 
 # ---------------------------------------------------------------- reading a file
@@ -207,9 +209,14 @@ def gguf_architectures() -> dict[str, tuple[Any, Any, Any]]:
     return GGUF_ARCHITECTURES
 
 
-def load_gguf_model(path: PathLike, graph: Graph | None = None) -> Any:
+def load_gguf_model(
+    path: PathLike, graph: Graph | None = None, quantized_activations: bool = False
+) -> Any:
     """The model a GGUF file holds, its Q8_0/Q4_0/Q4_K/Q6_K matrices kept packed in the
-    memory-mapped file. On any error the graph is left as it was."""
+    memory-mapped file. `quantized_activations`: decode with llama.cpp's 8-bit
+    activations and integer dot products (not a function the compile-time check can
+    compare closely: compile with `lm.CPUCompiler(verify=False)`). On any error the
+    graph is left as it was."""
     graph = Graph() if graph is None else graph
     tensors, metadata = read_gguf(path)
     arch = metadata.get("general.architecture")
@@ -234,7 +241,8 @@ def load_gguf_model(path: PathLike, graph: Graph | None = None) -> Any:
         path_, kind = hf_name.rsplit(".", 1)
         rope = heads.get(path_.rsplit(".", 1)[-1])
         if isinstance(tensor, PackedTensor) and kind == "weight" and _packs(modules, path_, tensor):
-            layout.append(PackedModule(path_, tensor.format.name.lower(), rope))
+            fmt = tensor.format.name.lower()
+            layout.append(PackedModule(path_, fmt, rope, None, quantized_activations))
             state[hf_name] = tensor.format.as_storage(tensor.data, tensor.shape[-1])
             continue
         if isinstance(tensor, PackedTensor):  # a vector or a tensor no layer packs
@@ -245,7 +253,8 @@ def load_gguf_model(path: PathLike, graph: Graph | None = None) -> Any:
     if config.tie_word_embeddings:
         embed = next((e for e in layout if e.path.endswith("embed_tokens")), None)
         if embed is not None:
-            layout.append(PackedModule("lm_head", embed.format, tied_to=embed.path))
+            tied = PackedModule("lm_head", embed.format, None, embed.path, quantized_activations)
+            layout.append(tied)
             state["lm_head.weight"] = state[f"{embed.path}.weight"]
     model_cls = quantized_class(cls, tuple(sorted(layout))) if layout else cls
     return build_then_load(graph, lambda: model_cls(graph, config), lambda: state)

@@ -21,7 +21,9 @@ from luminal.tensor import GraphTensor
 
 class QuantLinear(Module):
     """y = x @ W.T (+ bias) with W (out_features, in_features) packed in `kind`.
-    `weight`: an existing packed parameter to share (a head tied to the embedding)."""
+    `weight`: an existing packed parameter to share (a head tied to the embedding);
+    `quantized_activations`: llama.cpp's 8-bit activations on the decode path (see
+    `quant_matmul`)."""
 
     def __init__(
         self,
@@ -32,8 +34,10 @@ class QuantLinear(Module):
         bias: bool = False,
         rope_heads: int | None = None,
         weight: GraphTensor | None = None,
+        quantized_activations: bool = False,
     ) -> None:
         super().__init__(graph)
+        self.quantized_activations = quantized_activations
         self.format = block_format(kind)
         self.in_features, self.out_features = int(in_features), int(out_features)
         dtype, width = self.format.storage(self.in_features)
@@ -57,7 +61,7 @@ class QuantLinear(Module):
             )
         if not x.dtype.is_float:
             raise DTypeError(f"{self._name()}: expects float input, got {x.dtype.value}")
-        y = quant_matmul(x, self.weight, self.format.name)
+        y = quant_matmul(x, self.weight, self.format.name, self.quantized_activations)
         if self.rope_heads is not None:
             y = _deinterleave(y, self.rope_heads)
         return y + self.bias if self.bias is not None else y
