@@ -219,6 +219,8 @@ class CausalLM(Module):
     names: ClassVar[CheckpointNames] = CheckpointNames()
     # state-dict entries some checkpoints carry that are buffers, not parameters
     buffer_suffixes: ClassVar[tuple[str, ...]] = ("rotary_emb.inv_freq",)
+    # the attention module of every layer (a subclass where the checkpoint fuses projections)
+    attention_class: ClassVar[type[SelfAttention]] = SelfAttention
 
     def __init__(self, graph: Graph, config: Mapping[str, Any] | LlamaConfig) -> None:
         super().__init__(graph)
@@ -250,18 +252,23 @@ class CausalLM(Module):
         """The sliding attention window of layer `index` (None: full causal attention)."""
         return None
 
+    def attention_biases(self) -> dict[str, bool]:
+        """The `bias` / `out_bias` arguments of `attention_class` (Llama: the config's
+        `attention_bias` on all four projections)."""
+        return {"bias": self.config.attention_bias}
+
     def build_attention(self, graph: Graph, index: int) -> SelfAttention:
         c = self.config
-        return SelfAttention(
+        return self.attention_class(
             graph,
             c.hidden_size,
             c.num_attention_heads,
             c.num_key_value_heads,
-            c.attention_bias,
             causal=True,
             rotary=self.rotary,
             head_dim=c.head_dim,
             sliding_window=self.layer_window(index),
+            **self.attention_biases(),
         )
 
     def build_mlp(self, graph: Graph) -> Module:

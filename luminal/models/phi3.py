@@ -93,23 +93,14 @@ class Phi3(CausalLM):
     """transformers' `Phi3ForCausalLM` (inference)."""
 
     config_class = Phi3Config
+    attention_class = Phi3Attention
 
     def layer_window(self, index: int) -> int | None:
         return self.config.sliding_window  # type: ignore[attr-defined]
 
-    def build_attention(self, graph: Graph, index: int) -> SelfAttention:
-        c = self.config
-        return Phi3Attention(
-            graph,
-            c.hidden_size,
-            c.num_attention_heads,
-            c.num_key_value_heads,
-            bias=False,
-            causal=True,
-            rotary=self.rotary,
-            head_dim=c.head_dim,
-            sliding_window=self.layer_window(index),
-        )
+    def attention_biases(self) -> dict[str, bool]:
+        """No biases: transformers' Phi3 ignores the config's `attention_bias`."""
+        return {"bias": False}
 
     def build_mlp(self, graph: Graph) -> Module:
         c = self.config

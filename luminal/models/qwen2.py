@@ -9,10 +9,8 @@ from __future__ import annotations
 import dataclasses
 
 from luminal.errors import LuminalError
-from luminal.graph import Graph
 from luminal.models.decoder import CausalLM
 from luminal.models.mistral import check_window
-from luminal.nn.attention import SelfAttention
 from luminal.weights import LlamaConfig
 
 LAYER_TYPES = ("full_attention", "sliding_attention")
@@ -57,20 +55,9 @@ class Qwen2(CausalLM):
     def layer_window(self, index: int) -> int | None:
         return self.config.window(index)  # type: ignore[attr-defined]
 
-    def build_attention(self, graph: Graph, index: int) -> SelfAttention:
-        c = self.config
-        return SelfAttention(
-            graph,
-            c.hidden_size,
-            c.num_attention_heads,
-            c.num_key_value_heads,
-            bias=True,
-            causal=True,
-            rotary=self.rotary,
-            head_dim=c.head_dim,
-            out_bias=False,
-            sliding_window=self.layer_window(index),
-        )
+    def attention_biases(self) -> dict[str, bool]:
+        """Biases on the query, key and value projections, none on the output."""
+        return {"bias": True, "out_bias": False}
 
 
 __all__ = ["Qwen2", "Qwen2Config"]
