@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import gguf
 import numpy as np
 from gguf import GGMLQuantizationType
 
@@ -29,10 +28,9 @@ from luminal.quant.formats import SUPPORTED, BlockFormat, block_format, quantize
 from luminal.quant.modules import QuantEmbedding, QuantLinear
 from luminal.weights.gguf_io import (
     DERIVED_TENSORS,
-    check_layout,
     dequantize,
-    field_value,
     gguf_to_hf_name,
+    open_gguf,
     unpermute_rope,
 )
 
@@ -67,32 +65,9 @@ def read_gguf(path: PathLike) -> tuple[dict[str, np.ndarray | PackedTensor], dic
     """(tensors by llama.cpp name, metadata) of a GGUF file, memory-mapped: packed
     formats as PackedTensor, float32 as read-only views of the file, float16/bfloat16
     converted to float32. Other types raise DTypeError naming the supported ones."""
-    path = Path(path)
-    where = f"read_gguf: {str(path)!r}"
-    if not path.is_file():
-        raise LuminalError(f"{where}: no such file")
-    try:
-        reader = gguf.GGUFReader(path, "r")
-    except Exception as error:  # a hostile header trips the reader in many ways
-        raise LuminalError(
-            f"{where} is not a readable GGUF file: {type(error).__name__}: {error}"
-        ) from None
-    if reader.byte_order != "I":
-        raise LuminalError(f"{where} is big-endian; only little-endian is read")
-    check_layout(reader, where)
-    metadata = {k: field_value(f) for k, f in reader.fields.items() if not k.startswith("GGUF.")}
-    tensors = {}
-    for info in reader.tensors:
-        raw = reader.data[info.data_offset : info.data_offset + info.n_bytes]
-        if raw.size != info.n_bytes:
-            raise LuminalError(
-                f"{where} is truncated: tensor {info.name!r} needs bytes {info.data_offset}.."
-                f"{info.data_offset + info.n_bytes} of {reader.data.size}"
-            )
-        shape = tuple(int(d) for d in reversed(info.shape.tolist()))
-        tensors[info.name] = _tensor(
-            raw, GGMLQuantizationType(info.tensor_type), shape, info.name, where
-        )
+    where = f"read_gguf: {str(Path(path))!r}"
+    metadata, raw_tensors = open_gguf(path, "read_gguf")
+    tensors = {t.name: _tensor(t.data, t.kind, t.shape, t.name, where) for t in raw_tensors}
     return tensors, metadata
 
 

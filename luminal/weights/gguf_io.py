@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import gguf
 import numpy as np
@@ -133,42 +133,66 @@ def load_gguf(path: PathLike, dtype: Any = np.float32) -> tuple[dict[str, np.nda
     rounds to the same float32 (`1e-05`, not `9.999999747378752e-06`).
     """
     target = as_float_dtype(dtype, "load_gguf")
+    metadata, raw_tensors = open_gguf(path, "load_gguf")
+    tensors: dict[str, np.ndarray] = {}
+    for tensor in raw_tensors:
+        try:
+            array = dequantize(tensor.data, tensor.kind, tensor.shape)
+        except (DTypeError, ShapeError) as error:
+            raise type(error)(
+                f"load_gguf: tensor {tensor.name!r} in {str(Path(path))!r}: {error}"
+            ) from None
+        if array.dtype.kind == "f" and array.dtype != target:
+            array = array.astype(target)
+        tensors[tensor.name] = array
+    return tensors, metadata
+
+
+class RawTensor(NamedTuple):
+    """One tensor of a GGUF file, not yet decoded: `data` is a view of the memory map."""
+
+    name: str
+    kind: GGMLQuantizationType
+    shape: tuple[int, ...]  # PyTorch order (GGUF lists dims innermost first)
+    data: np.ndarray
+
+
+def open_gguf(path: PathLike, caller: str) -> tuple[dict[str, Any], Iterator[RawTensor]]:
+    """(metadata by key, the tensors in file order) of a GGUF file, memory-mapped, once
+    the header is readable and little-endian and the tensor table is laid out as
+    llama.cpp requires; a tensor past the end of the file raises when it is reached.
+    Both loaders read through here; errors start with `caller` and the path."""
     path = Path(path)
+    where = f"{caller}: {str(path)!r}"
     if not path.is_file():
-        raise LuminalError(f"load_gguf: no such file {str(path)!r}")
+        raise LuminalError(f"{caller}: no such file {str(path)!r}")
     try:
-        reader = gguf.GGUFReader(path)
+        reader = gguf.GGUFReader(path, "r")
     except Exception as error:  # a hostile header trips the reader in many ways
         raise LuminalError(
-            f"load_gguf: {str(path)!r} is not a readable GGUF file: {type(error).__name__}: {error}"
+            f"{where} is not a readable GGUF file: {type(error).__name__}: {error}"
         ) from None
     if reader.byte_order != "I":
-        raise LuminalError(f"load_gguf: {str(path)!r} is big-endian; only little-endian is read")
-    check_layout(reader, f"load_gguf: {str(path)!r}")
+        raise LuminalError(f"{where} is big-endian; only little-endian is read")
+    check_layout(reader, where)
     metadata = {
         name: field_value(field)
         for name, field in reader.fields.items()
         if not name.startswith("GGUF.")  # the reader's own version / count pseudo-fields
     }
-    tensors: dict[str, np.ndarray] = {}
+    return metadata, _raw_tensors(reader, where)
+
+
+def _raw_tensors(reader: gguf.GGUFReader, where: str) -> Iterator[RawTensor]:
     for info in reader.tensors:
-        shape = tuple(int(d) for d in reversed(info.shape.tolist()))
         raw = reader.data[info.data_offset : info.data_offset + info.n_bytes]
         if raw.size != info.n_bytes:
             raise LuminalError(
-                f"load_gguf: {str(path)!r} is truncated: tensor {info.name!r} needs bytes "
-                f"{info.data_offset}..{info.data_offset + info.n_bytes} of {reader.data.size}"
+                f"{where} is truncated: tensor {info.name!r} needs bytes {info.data_offset}.."
+                f"{info.data_offset + info.n_bytes} of {reader.data.size}"
             )
-        try:
-            array = dequantize(raw, info.tensor_type, shape)
-        except (DTypeError, ShapeError) as error:
-            raise type(error)(
-                f"load_gguf: tensor {info.name!r} in {str(path)!r}: {error}"
-            ) from None
-        if array.dtype.kind == "f" and array.dtype != target:
-            array = array.astype(target)
-        tensors[info.name] = array
-    return tensors, metadata
+        shape = tuple(int(d) for d in reversed(info.shape.tolist()))
+        yield RawTensor(info.name, GGMLQuantizationType(info.tensor_type), shape, raw)
 
 
 GGML_MAX_DIMS = 4
