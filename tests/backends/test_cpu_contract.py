@@ -4,11 +4,14 @@ into K), their loop fallback, and a small convolutional net's gradients against 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 import luminal as lm
+from luminal import ops
 from luminal.backends.cpu import toolchain
 from luminal.backends.cpu.compiler import CPUCompiler
 from tests.conftest import uniform
@@ -160,9 +163,17 @@ def test_contract_sum_without_blas_runs_as_a_loop(rng):
     np.testing.assert_allclose(out.numpy().astype(np.float32), expected, rtol=1e-2, atol=2e-2)
 
 
-def test_conv_net_gradients_compile_to_contract_sums(rng):
+def summed_length(node) -> int:  # noqa: ANN001 - a lowered contraction's Node
+    """How many products one output element of a contraction adds up."""
+    shape = node.inputs[0].view.shape
+    return math.prod(int(shape[d]) for d in node.op.summed)
+
+
+def test_conv_net_gradients_are_one_sgemm_per_contraction(rng):
     """Conv2d, ReLU, MaxPool2d, Conv2d, Linear: every gradient of the compiled graph
-    matches torch, and the convolution weight gradients are single ContractSums."""
+    matches torch; each convolution weight gradient is one contraction over every image
+    and position (the batch inside K) and every contraction is one sgemm call with no
+    loop over the images, the forward convolutions included."""
     x_data = uniform(rng, (4, 2, 10, 10))
     w1, b1 = uniform(rng, (3, 2, 3, 3), -0.5, 0.5), uniform(rng, (3,), -0.5, 0.5)
     w2, b2 = uniform(rng, (4, 3, 3, 3), -0.5, 0.5), uniform(rng, (4,), -0.5, 0.5)
@@ -178,8 +189,16 @@ def test_conv_net_gradients_compile_to_contract_sums(rng):
     grads = cx.compile(lm.training.Autograd(params, loss))
     for grad in grads:
         grad.retrieve()
-    cx.compile(CPUCompiler())
-    assert op_names(cx).count("ContractSum") >= 2
+    compiled = cx.compile(CPUCompiler())
+    for grad, positions in ((grads[0], 10 * 10), (grads[2], 3 * 3)):
+        node = cx.nodes[grad.node_id]
+        assert isinstance(node.op, ops.Contract) and summed_length(node) == 4 * positions
+    kernels = [k for s in compiled.segments for k in s.kernels]
+    contractions = [n.id for n in cx.nodes.values() if isinstance(n.op, ops.Contract)]
+    assert len(contractions) >= 8  # two forward convolutions, two weight gradients, ...
+    for node_id in contractions:
+        (kernel,) = [k for k in kernels if node_id in k.nodes]
+        assert calls_sgemm(kernel.source) and "for (long long i0_" not in kernel.source
     cx.execute()
     tensors = [torch.tensor(p, requires_grad=True) for p in (w1, b1, w2, b2, fc)]
     t = F.relu(F.conv2d(torch.tensor(x_data), tensors[0], tensors[1], padding=1))
