@@ -11,11 +11,10 @@ the outer Mul reads the reduction through permutes, reshapes and broadcasts (the
 convolution's output layout) and `s` through any view. It moves `s`'s view back through
 those movements (inverse permutes and reshapes; a broadcast is undone only where `s` is
 constant along it), broadcasts it over the reduced axis, and moves it back the same way
-through the weight edge's view. The
-fold happens only where it pays: the weight has fewer elements than the contraction's
-output, nothing else reads the contraction (so `s` cannot depend on it), and `s` is a
-tensor, not a constant scalar. Results equal the unfolded graph up to float rounding (one product is
-rounded at a different point).
+through the weight edge's view. The fold happens only where it pays: the weight has
+fewer elements than the contraction's output, nothing else reads the contraction (so `s`
+cannot depend on it), and `s` is a tensor, not a constant scalar. Results equal the
+unfolded graph up to float rounding (one product is rounded at a different point).
 """
 
 from __future__ import annotations
