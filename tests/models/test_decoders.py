@@ -23,6 +23,7 @@ import luminal as lm
 from luminal.models import GPT2, Gemma, Llama, Mistral, Phi3, Qwen2
 from luminal.nn.layers import default_generator
 from luminal.weights import gguf_to_hf_name
+from tests.models.conftest import hf_greedy_continuation, hf_logits
 
 ATOL, RTOL = 1e-4, 1e-3
 VOCAB, PROMPT_LEN, NEW_TOKENS = 128, 7, 8
@@ -99,29 +100,16 @@ def family(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     folder = tmp_path_factory.mktemp(name)
     hf.save_pretrained(folder)
     prompt = np.random.default_rng(0).integers(3, VOCAB, (2, PROMPT_LEN)).astype(np.int32)
-    with torch.no_grad():
-        out = hf.generate(
-            torch.from_numpy(prompt).long(),
-            do_sample=False,
-            max_new_tokens=NEW_TOKENS,
-            min_new_tokens=NEW_TOKENS,
-            output_logits=True,
-            return_dict_in_generate=True,
-        )
+    tokens, step_logits = hf_greedy_continuation(hf, prompt, NEW_TOKENS, min_new_tokens=NEW_TOKENS)
     return {
         "name": name,
         "hf": hf,
         "folder": folder,
         "model": lm.models.from_pretrained(folder),
         "prompt": prompt,
-        "tokens": out.sequences[:, PROMPT_LEN:].numpy(),
-        "step_logits": torch.stack(out.logits, 1).numpy(),
+        "tokens": tokens,
+        "step_logits": step_logits,
     }
-
-
-def hf_logits(hf: torch.nn.Module, ids: np.ndarray) -> np.ndarray:
-    with torch.no_grad():
-        return hf(torch.from_numpy(ids).long()).logits.numpy()
 
 
 # ---------------------------------------------------------------- per family

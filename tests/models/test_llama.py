@@ -16,6 +16,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 import luminal as lm
 from luminal.models import Llama, LlamaSession, generate
 from luminal.models.sampling import sample_logits, softmax, top_k_filter, top_p_filter
+from tests.models.conftest import hf_greedy_continuation, hf_logits
 
 ATOL = 1e-4
 PROMPT_LEN, NEW_TOKENS = 10, 20
@@ -47,11 +48,6 @@ def luminal_llama(hf: LlamaForCausalLM, graph: lm.Graph | None = None) -> Llama:
     return model
 
 
-def hf_logits(hf: LlamaForCausalLM, ids: np.ndarray) -> np.ndarray:
-    with torch.no_grad():
-        return hf(torch.from_numpy(ids).long()).logits.numpy()
-
-
 class CountingCompiler:
     """A compiler wrapper that counts how often it compiles."""
 
@@ -76,17 +72,9 @@ def prompt() -> np.ndarray:
 @pytest.fixture(scope="module")
 def hf_greedy(hf, prompt) -> tuple[np.ndarray, np.ndarray]:
     """transformers' greedy continuation of both prompts and the logits of each step."""
-    with torch.no_grad():
-        out = hf.generate(
-            torch.from_numpy(prompt).long(),
-            do_sample=False,
-            max_new_tokens=NEW_TOKENS,
-            output_logits=True,
-            return_dict_in_generate=True,
-        )
-    tokens = out.sequences[:, PROMPT_LEN:].numpy()
+    tokens, logits = hf_greedy_continuation(hf, prompt, NEW_TOKENS)
     assert tokens.shape == (2, NEW_TOKENS)  # no early end token in this setup
-    return tokens, torch.stack(out.logits, 1).numpy()
+    return tokens, logits
 
 
 @pytest.fixture(scope="module")
