@@ -9,9 +9,8 @@ import pytest
 import torch
 
 import luminal as lm
-from tests.conftest import assert_matches_torch
+from tests.nn.conftest import assert_output_and_grads_match, input_and_parameter_grads
 
-ATOL, RTOL = 1e-5, 1e-3
 MODULES = {
     1: (lm.nn.ConvTranspose1d, torch.nn.ConvTranspose1d),
     2: (lm.nn.ConvTranspose2d, torch.nn.ConvTranspose2d),
@@ -28,18 +27,11 @@ def _check(dims: int, input_shape: tuple[int, ...], rng, compiled: bool = False,
     data = rng.standard_normal(input_shape).astype(np.float32)
     x = cx.tensor(input_shape).set(data)
     y = layer(x).retrieve()
-    grads = cx.compile(lm.training.Autograd([x, *layer.parameters()], (y * y).sum()))
-    for g in grads:
-        g.retrieve()
+    grads = input_and_parameter_grads(x, layer, (y * y).sum())
     if compiled:
         cx.compile(lm.CPUCompiler())
     cx.execute()
-    tx = torch.from_numpy(data).requires_grad_()
-    ty = reference(tx)
-    assert_matches_torch(y.numpy(), ty, atol=ATOL, rtol=RTOL)
-    expected = torch.autograd.grad((ty * ty).sum(), [tx, *reference.parameters()])
-    for ours, theirs in zip(grads, expected, strict=True):
-        assert_matches_torch(ours.numpy(), theirs, atol=1e-4, rtol=RTOL)
+    assert_output_and_grads_match(y, grads, reference, data, lambda ty: (ty * ty).sum())
 
 
 CASES_2D = [

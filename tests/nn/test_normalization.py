@@ -11,6 +11,7 @@ import torch
 
 import luminal as lm
 from tests.conftest import assert_matches_torch
+from tests.nn.conftest import assert_output_and_grads_match, input_and_parameter_grads
 
 ATOL, RTOL = 1e-5, 1e-3
 MODULES = {
@@ -47,16 +48,10 @@ def test_eval_forward_and_gradients(rng, dims, shape):
     data = rng.standard_normal(shape).astype(np.float32)
     x = cx.tensor(shape).set(data)
     y = layer(x).retrieve()
-    grads = cx.compile(lm.training.Autograd([x, *layer.parameters()], (y * y).sum()))
-    for g in grads:
-        g.retrieve()
+    grads = input_and_parameter_grads(x, layer, (y * y).sum())
     cx.execute()
-    tx = torch.from_numpy(data).requires_grad_()
-    ty = reference.eval()(tx)
-    assert_matches_torch(y.numpy(), ty, atol=ATOL, rtol=RTOL)
-    expected = torch.autograd.grad((ty * ty).sum(), [tx, *reference.parameters()])
-    for ours, theirs in zip(grads, expected, strict=True):
-        assert_matches_torch(ours.numpy(), theirs, atol=1e-4, rtol=RTOL)
+    reference.eval()
+    assert_output_and_grads_match(y, grads, reference, data, lambda ty: (ty * ty).sum())
 
 
 @pytest.mark.parametrize("dims,shape", [(1, (6, 3)), (2, (3, 4, 5, 6))])
@@ -68,19 +63,12 @@ def test_training_forward_gradients_and_three_steps_of_running_stats(rng, dims, 
     y = layer(x).retrieve()
     weights = torch.from_numpy(rng.standard_normal(shape).astype(np.float32))
     loss = (y * cx.tensor(shape).set(weights.numpy())).sum()
-    grads = cx.compile(lm.training.Autograd([x, *layer.parameters()], loss))
-    for g in grads:
-        g.retrieve()
+    grads = input_and_parameter_grads(x, layer, loss)
     for _ in range(3):
         data = rng.standard_normal(shape).astype(np.float32) * 2 + 0.5
         x.set(data)
         cx.execute()
-        tx = torch.from_numpy(data).requires_grad_()
-        ty = reference(tx)
-        assert_matches_torch(y.numpy(), ty, atol=ATOL, rtol=RTOL)
-        expected = torch.autograd.grad((ty * weights).sum(), [tx, *reference.parameters()])
-        for ours, theirs in zip(grads, expected, strict=True):
-            assert_matches_torch(ours.numpy(), theirs, atol=1e-4, rtol=RTOL)
+        assert_output_and_grads_match(y, grads, reference, data, lambda ty: (ty * weights).sum())
     _assert_same_state(layer, reference)
 
 
@@ -191,16 +179,9 @@ def test_group_norm_forward_and_gradients(rng, groups, channels, shape):
     data = rng.standard_normal(shape).astype(np.float32)
     x = cx.tensor(shape).set(data)
     y = layer(x).retrieve()
-    grads = cx.compile(lm.training.Autograd([x, *layer.parameters()], (y * y * y).sum()))
-    for g in grads:
-        g.retrieve()
+    grads = input_and_parameter_grads(x, layer, (y * y * y).sum())
     cx.execute()
-    tx = torch.from_numpy(data).requires_grad_()
-    ty = reference(tx)
-    assert_matches_torch(y.numpy(), ty, atol=ATOL, rtol=RTOL)
-    expected = torch.autograd.grad((ty**3).sum(), [tx, *reference.parameters()])
-    for ours, theirs in zip(grads, expected, strict=True):
-        assert_matches_torch(ours.numpy(), theirs, atol=1e-4, rtol=RTOL)
+    assert_output_and_grads_match(y, grads, reference, data, lambda ty: (ty**3).sum())
 
 
 def test_a_train_step_carries_statistics_and_dropout_steps(rng):
