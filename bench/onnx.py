@@ -18,12 +18,13 @@ import os
 import sys
 import tempfile
 import time
-import warnings
+from pathlib import Path
 
 # `python bench/onnx.py` puts bench/ first on sys.path, where this file would shadow the
 # onnx package: search bench/ last instead
 if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
     sys.path.append(sys.path.pop(0))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # for tests.onnx
 
 import numpy as np
 import onnxruntime as ort
@@ -31,22 +32,7 @@ import torch
 from common import best_of, equal_threads
 
 import luminal as lm
-
-
-def export(model: torch.nn.Module, args: tuple, path: str, names: list[str], dynamic: dict):
-    model.eval()
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            model,
-            args,
-            path,
-            dynamo=False,
-            input_names=names,
-            output_names=["output"],
-            dynamic_axes=dynamic,
-            opset_version=17,
-        )
+from tests.onnx.export import export_onnx
 
 
 def compare(name: str, path: str, feeds: dict[str, np.ndarray], threads: int, repeats: int):
@@ -92,13 +78,8 @@ def bench_minilm(folder: str, threads: int, repeats: int) -> None:
     mask = np.ones((32, 128), np.int64)
     path = os.path.join(folder, "minilm.onnx")
     dynamic = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}}
-    export(
-        Encoder(),
-        (torch.from_numpy(ids), torch.from_numpy(mask)),
-        path,
-        ["input_ids", "attention_mask"],
-        dynamic,
-    )
+    args = (torch.from_numpy(ids), torch.from_numpy(mask))
+    Path(path).write_bytes(export_onnx(Encoder(), args, ["input_ids", "attention_mask"], dynamic))
     compare("MiniLM-L6 32x128", path, {"input_ids": ids, "attention_mask": mask}, threads, repeats)
 
 
@@ -154,7 +135,7 @@ def bench_resnet(folder: str, threads: int, repeats: int) -> None:
             module.running_var.uniform_(0.5, 1.5)
     x = np.random.default_rng(0).standard_normal((8, 3, 224, 224)).astype(np.float32)
     path = os.path.join(folder, "resnet18.onnx")
-    export(model, (torch.from_numpy(x),), path, ["images"], {})
+    Path(path).write_bytes(export_onnx(model, (torch.from_numpy(x),), ["images"], {}))
     compare("ResNet-18 8x3x224x224", path, {"images": x}, threads, repeats)
 
 

@@ -3,9 +3,6 @@ onnxruntime on the same inputs: equal within atol 1e-4, rtol 1e-3."""
 
 from __future__ import annotations
 
-import io
-import warnings
-
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -13,27 +10,9 @@ import torch
 from transformers import BertConfig, BertModel
 
 import luminal as lm
+from tests.onnx.export import export_onnx
 
 ATOL, RTOL = 1e-4, 1e-3
-
-
-def export(model: torch.nn.Module, args: tuple, inputs: list[str], dynamic: dict) -> bytes:
-    """The model as ONNX bytes (TorchScript exporter: the dynamo one needs onnxscript)."""
-    model.eval()
-    buffer = io.BytesIO()
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        torch.onnx.export(
-            model,
-            args,
-            buffer,
-            dynamo=False,
-            input_names=inputs,
-            output_names=["output"],
-            dynamic_axes=dynamic,
-            opset_version=17,
-        )
-    return buffer.getvalue()
 
 
 def onnxruntime_outputs(model: bytes, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -128,7 +107,7 @@ def test_mlp(compiled: bool) -> None:
         torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4), torch.nn.Softmax(-1)
     )
     x = np.random.default_rng(0).standard_normal((5, 16)).astype(np.float32)
-    onnx_model = export(model, (torch.from_numpy(x),), ["x"], {"x": {0: "batch"}})
+    onnx_model = export_onnx(model, (torch.from_numpy(x),), ["x"], {"x": {0: "batch"}})
     check(onnx_model, {"x": x}, compiled)
 
 
@@ -137,7 +116,7 @@ def test_cnn_with_batchnorm(compiled: bool) -> None:
     torch.manual_seed(0)
     model = _seeded_bn(SmallCNN())
     x = np.random.default_rng(0).standard_normal((2, 3, 16, 16)).astype(np.float32)
-    onnx_model = export(model, (torch.from_numpy(x),), ["images"], {})
+    onnx_model = export_onnx(model, (torch.from_numpy(x),), ["images"], {})
     check(onnx_model, {"images": x}, compiled)
 
 
@@ -159,7 +138,7 @@ def test_bert_with_attention_mask(compiled: bool) -> None:
     mask[1, 8:] = 0  # the second sequence is padded
     args = (torch.from_numpy(ids), torch.from_numpy(mask))
     dynamic = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}}
-    onnx_model = export(model, args, ["input_ids", "attention_mask"], dynamic)
+    onnx_model = export_onnx(model, args, ["input_ids", "attention_mask"], dynamic)
     check(onnx_model, {"input_ids": ids, "attention_mask": mask}, compiled)
 
 
@@ -171,5 +150,5 @@ def test_transformer_decoder(compiled: bool) -> None:
     tokens = rng.integers(0, 50, (2, 7)).astype(np.int64)
     memory = rng.standard_normal((2, 5, 32)).astype(np.float32)
     args = (torch.from_numpy(tokens), torch.from_numpy(memory))
-    onnx_model = export(model, args, ["tokens", "memory"], {})
+    onnx_model = export_onnx(model, args, ["tokens", "memory"], {})
     check(onnx_model, {"tokens": tokens, "memory": memory}, compiled)
