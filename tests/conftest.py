@@ -102,3 +102,19 @@ def gaussian_blobs(
     centers = rng.standard_normal((3, features)).astype(np.float32) * spread
     x = centers[y] + rng.standard_normal((n, features)).astype(np.float32) * 0.5
     return x.astype(np.float32), y
+
+
+def write_gguf(
+    path: os.PathLike[str], architecture: str, tensors: dict[str, np.ndarray], raw_dtype=None
+) -> None:
+    """A GGUF file with only its architecture key and `tensors` (packed blocks already,
+    when `raw_dtype` names a gguf.GGMLQuantizationType)."""
+    import gguf  # only the GGUF tests need it
+
+    writer = gguf.GGUFWriter(path, architecture)
+    for name, array in tensors.items():
+        writer.add_tensor(name, array, raw_dtype=raw_dtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()

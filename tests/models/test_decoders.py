@@ -23,6 +23,7 @@ import luminal as lm
 from luminal.models import GPT2, Gemma, Llama, Mistral, Phi3, Qwen2
 from luminal.nn.layers import default_generator
 from luminal.weights import gguf_to_hf_name
+from tests.conftest import write_gguf
 from tests.models.conftest import hf_greedy_continuation, hf_logits
 
 ATOL, RTOL = 1e-4, 1e-3
@@ -297,11 +298,6 @@ def test_from_pretrained_reads_gguf_by_architecture(tmp_path: Path):
     np.testing.assert_allclose(logits.numpy(), hf_logits(hf, ids), rtol=RTOL, atol=ATOL)
 
     other = tmp_path / "other.gguf"
-    writer = gguf.GGUFWriter(other, "gpt2")
-    writer.add_tensor("token_embd.weight", np.zeros((4, 4), np.float32))
-    for write in (writer.write_header_to_file, writer.write_kv_data_to_file):
-        write()
-    writer.write_tensors_to_file()
-    writer.close()
+    write_gguf(other, "gpt2", {"token_embd.weight": np.zeros((4, 4), np.float32)})
     with pytest.raises(lm.LuminalError, match="'gpt2'.*not supported"):
         lm.models.from_pretrained(other)

@@ -14,6 +14,7 @@ import luminal as lm
 from luminal.quant import PackedTensor, QuantEmbedding, QuantLinear, load_gguf_model, read_gguf
 from luminal.quant.writing import save_gguf_llama
 from luminal.weights.gguf_io import gguf_llama_state_dict
+from tests.conftest import write_gguf
 
 CONFIG = {
     "vocab_size": 96,
@@ -142,22 +143,18 @@ def test_load_errors_name_the_problem(files: dict[str, Path], tmp_path: Path) ->
     with pytest.raises(lm.LuminalError, match="truncated|not a readable"):
         load_gguf_model(truncated, cx)
 
-    writer = gguf.GGUFWriter(tmp_path / "qwen.gguf", "qwen2")
-    writer.add_tensor("token_embd.weight", np.zeros((4, 32), np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    embedding = {"token_embd.weight": np.zeros((4, 32), np.float32)}
+    write_gguf(tmp_path / "qwen.gguf", "qwen2", embedding)
     with pytest.raises(lm.LuminalError, match="architecture 'qwen2'.*supported: llama"):
         load_gguf_model(tmp_path / "qwen.gguf", cx)
 
-    writer = gguf.GGUFWriter(tmp_path / "q5.gguf", "llama")
     q5 = gguf.quants.quantize(np.ones((4, 32), np.float32), gguf.GGMLQuantizationType.Q5_0)
-    writer.add_tensor("token_embd.weight", q5, raw_dtype=gguf.GGMLQuantizationType.Q5_0)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    write_gguf(
+        tmp_path / "q5.gguf",
+        "llama",
+        {"token_embd.weight": q5},
+        raw_dtype=gguf.GGMLQuantizationType.Q5_0,
+    )
     with pytest.raises(lm.DTypeError, match="is Q5_0; packed weights support Q8_0, Q4_0, Q4_K"):
         load_gguf_model(tmp_path / "q5.gguf", cx)
     assert cx.num_nodes == before

@@ -22,6 +22,7 @@ from luminal.weights import (
     load_gguf,
     unpermute_rope,
 )
+from tests.conftest import write_gguf
 
 
 def permute(weights: np.ndarray, n_head: int) -> np.ndarray:
@@ -192,13 +193,8 @@ def test_file_errors(tmp_path: Path) -> None:
         (tmp_path / "cut.gguf").write_bytes(whole[:size])
         with pytest.raises(lm.LuminalError, match="not a readable GGUF|truncated"):
             load_gguf(tmp_path / "cut.gguf")
-    writer = gguf.GGUFWriter(tmp_path / "q41.gguf", "llama")
-    x = np.ones((2, 32), np.float32)
-    writer.add_tensor("odd", gguf.quants.quantize(x, Q.Q4_1), raw_dtype=Q.Q4_1)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    q41 = gguf.quants.quantize(np.ones((2, 32), np.float32), Q.Q4_1)
+    write_gguf(tmp_path / "q41.gguf", "llama", {"odd": q41}, raw_dtype=Q.Q4_1)
     with pytest.raises(lm.DTypeError, match="'odd'.*Q4_1"):
         load_gguf(tmp_path / "q41.gguf")
     with pytest.raises(lm.DTypeError, match="not a floating type"):
