@@ -18,6 +18,7 @@ import numpy as np
 from luminal.graph import Graph
 from luminal.search.budget import Deadline
 from luminal.search.cache import SearchRecord, cpu_model, luminal_version
+from luminal.search.measure import MeasuringProcess
 from luminal.search.strategy import BeamSearch
 
 
@@ -49,7 +50,8 @@ class SearchStages:
     list of trials. `compiler` carries the settings (mode, beam, seed, progress,
     candidate_timeout); `reference_results()` gives the reference outputs with their
     tolerances and the views to read them through (the backend's verification, run on
-    first use: a cache hit needs none)."""
+    first use: a cache hit needs none). A later stage keeps the first one's measuring
+    process rather than wait for another to import luminal; `close()` ends it."""
 
     def __init__(
         self,
@@ -67,6 +69,7 @@ class SearchStages:
         self._results: tuple[dict, list] | None = None
         self.trials: list = []
         self.results: list = []
+        self.process = MeasuringProcess()
 
     @property
     def expected(self) -> tuple[dict, list]:
@@ -99,6 +102,7 @@ class SearchStages:
             reserve=reserve,
             timeout=compiler.candidate_timeout,
             progress=report,
+            process=self.process,
             trials=self.trials,
             context=context,
         )
@@ -109,6 +113,9 @@ class SearchStages:
                 bar.close()
         self.results.append(result)
         return result.best
+
+    def close(self) -> None:
+        self.process.close()
 
     def record(self, key: str, chosen: dict, sites: dict, kernel_sites: int) -> SearchRecord:
         compiler = self.compiler

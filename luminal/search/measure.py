@@ -137,15 +137,14 @@ class MeasuringProcess:
     def _await_ready(self, deadline: float) -> dict[str, Any] | None:
         """None once the child has said it is ready; else the failure as a reply."""
         assert self.process is not None and self.process.stdout is not None
-        began = time.perf_counter()
+        allowed = deadline - time.perf_counter()  # what it was given, not when we woke
         try:
             hello = read_message(self.process.stdout.fileno(), deadline)
         except TimeoutError:
             self._kill()
-            waited = time.perf_counter() - began
             return {
                 "status": "timeout",
-                "detail": f"the measuring process did not start within {waited:.1f} s",
+                "detail": f"the measuring process did not start within {allowed:.1f} s",
             }
         except ProtocolError as error:
             self._kill()
@@ -205,10 +204,15 @@ class MeasuringProcess:
             self.restarts += 1
 
     def close(self) -> None:
+        """End the child. A ready one exits at the end of its input. One that has not
+        said it is ready is still importing luminal (or hangs) and has nothing to
+        finish: it is killed at once, as waiting for it would count against a budget."""
         process, self.process = self.process, None
         if process is None:
             return
-        if process.stdin is not None:
+        if not self.ready:
+            process.kill()
+        elif process.stdin is not None:
             with contextlib.suppress(OSError):
                 process.stdin.close()
         try:

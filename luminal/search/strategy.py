@@ -220,7 +220,8 @@ class BeamSearch:
         if tried and not any(t.status == "ok" for t in tried):
             # an earlier stage measured this starting point and it failed: same outcome
             return self._fallback(tried[-1])
-        self.process.start()
+        if not self.deadline.expired(self.reserve):  # it imports while candidates compile
+            self.process.start()
         try:
             return self._run()
         finally:

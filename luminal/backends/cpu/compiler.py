@@ -114,6 +114,7 @@ class CPUCompiler:
         then the kernel sites of the chosen program. A cached record skips both."""
         saved_inputs = dict(graph.input_data)
         dims = check_inputs(graph, reference)
+        stages: SearchStages | None = None
         try:
             reason = unsendable(graph)
             if reason is not None:
@@ -161,6 +162,8 @@ class CPUCompiler:
             self.search_record = record
             return space.compiled(split_config(record.chosen)[1])
         finally:
+            if stages is not None:  # the measuring process the stages shared
+                stages.close()
             graph.input_data.clear()
             graph.input_data.update(saved_inputs)
 
