@@ -113,6 +113,13 @@ def slow_options(lowering, node_id, dims):  # noqa: ANN001, ANN201 - an option p
 
 
 def test_time_budget_is_honoured(rng, search_cache, monkeypatch) -> None:
+    """The search starts nothing once the budget is spent; what is then in flight (a
+    chunk of candidates compiling, a measurement's last half second) and the final
+    build and check end after it, at the speed the machine has now, which a fast
+    compile of the same graph measures. Without the budget this search takes > 15 s."""
+    began = time.perf_counter()
+    build(np.random.default_rng(0))[0].compile(lm.CPUCompiler(mode="fast"))
+    static = time.perf_counter() - began
     monkeypatch.setattr(tuning, "OPTION_PROVIDERS", [slow_options])
     cx, y, expected = build(rng)
     budget = 6.0
@@ -120,7 +127,7 @@ def test_time_budget_is_honoured(rng, search_cache, monkeypatch) -> None:
     compiler = lm.CPUCompiler(mode=lm.TimeBudget(budget), cache=search_cache)
     cx.compile(compiler)
     elapsed = time.perf_counter() - start
-    assert elapsed < budget * 1.1
+    assert elapsed < budget + 1.0 + 5 * static
     assert compiler.search_record.stopped_by == "time budget"
     cx.execute()
     np.testing.assert_allclose(y.numpy(), expected, rtol=1e-4, atol=1e-4)
