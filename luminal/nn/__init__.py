@@ -130,6 +130,7 @@ __all__ += [
     "Upsample",
     "conv_transpose",
     "dropout",
+    "functional",
     "interpolate",
     "random_state",
 ]
