@@ -40,10 +40,15 @@ def worker_path() -> list[str]:
     """The measuring process's sys.path: the directory holding the luminal package this
     process runs first, then this process's path, with entries relative to the working
     directory ('' included) made absolute and put last, so that nothing the working
-    directory holds shadows an installed package (a stray ./luminal above all)."""
+    directory holds shadows an installed package (a stray ./luminal above all). Entries
+    that name nothing on disk (an editable install's path-hook key) stay as they are."""
     package_root = os.path.dirname(os.path.dirname(os.path.abspath(luminal.__file__)))
-    fixed = [p for p in sys.path if p and os.path.isabs(p)]
-    relative = [os.path.abspath(p) for p in sys.path if not (p and os.path.isabs(p))]
+
+    def relative_to_cwd(entry: str) -> bool:
+        return not entry or (not os.path.isabs(entry) and os.path.exists(entry))
+
+    fixed = [p for p in sys.path if not relative_to_cwd(p)]
+    relative = [os.path.abspath(p) for p in sys.path if relative_to_cwd(p)]
     path: list[str] = []
     for entry in [package_root, *fixed, *relative]:
         if entry not in path:
