@@ -181,6 +181,18 @@ def conv(
         return out.squeeze(0) if unbatched else out
 
 
+def _weight_and_bias(
+    module: Module, shape: tuple[int, ...], fan_in_channels: int, out_channels: int, bias: bool
+) -> None:
+    """PyTorch's default initialisation of a (transposed) convolution's weight and bias:
+    uniform in +-1/sqrt(fan_in), fan_in = channels per group times the kernel's taps."""
+    bound = fan_in_bound(fan_in_channels * math.prod(shape[2:]))
+    module.param("weight", shape, lambda: uniform_init(shape, bound))
+    module.bias = None
+    if bias:
+        module.param("bias", (out_channels,), lambda: uniform_init((out_channels,), bound))
+
+
 class _ConvNd(Module):
     """Shared body of Conv1d/2d/3d: parameters `weight` (out, in/groups, *kernel) and
     `bias` (out,), PyTorch names and shapes."""
@@ -224,11 +236,7 @@ class _ConvNd(Module):
         )
         self.groups = groups
         shape = (out_channels, in_channels // groups, *self.kernel_size)
-        bound = fan_in_bound((in_channels // groups) * math.prod(self.kernel_size))
-        self.param("weight", shape, lambda: uniform_init(shape, bound))
-        self.bias = None
-        if bias:
-            self.param("bias", (out_channels,), lambda: uniform_init((out_channels,), bound))
+        _weight_and_bias(self, shape, in_channels // groups, out_channels, bias)
 
     def forward(self, x: GraphTensor) -> GraphTensor:
         return conv(
@@ -433,11 +441,7 @@ class _ConvTransposeNd(Module):
         self.output_padding = ntuple(output_padding, self.dims, "output_padding", name, 0)
         self.dilation = ntuple(dilation, self.dims, "dilation", name)
         shape = (in_channels, out_channels // groups, *self.kernel_size)
-        bound = fan_in_bound((out_channels // groups) * math.prod(self.kernel_size))
-        self.param("weight", shape, lambda: uniform_init(shape, bound))
-        self.bias = None
-        if bias:
-            self.param("bias", (out_channels,), lambda: uniform_init((out_channels,), bound))
+        _weight_and_bias(self, shape, out_channels // groups, out_channels, bias)
 
     def forward(self, x: GraphTensor) -> GraphTensor:
         return conv_transpose(
