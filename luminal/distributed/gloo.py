@@ -10,6 +10,7 @@ closed connection first and raises.
 
 from __future__ import annotations
 
+import atexit
 import datetime
 from typing import Any
 
@@ -41,6 +42,8 @@ class GlooCommunicator(Communicator):
                     f"init(backend='gloo'): torch.distributed.init_process_group failed: {error}"
                 ) from error
         super().__init__(torch_dist.get_rank(), torch_dist.get_world_size(), timeout)
+        if self.owns_group:  # gloo's threads must stop before interpreter teardown (SIGABRT)
+            atexit.register(self.close)
         self._ops = {
             "sum": torch_dist.ReduceOp.SUM,
             "avg": torch_dist.ReduceOp.SUM,  # gloo has no AVG: sum, then divide

@@ -67,6 +67,8 @@ def main(mode: str, folder: str) -> None:
     if mode in ("fail", "die"):
         fail(mode)
     np.savez(Path(folder) / f"rank{dist.rank()}.npz", **out)
+    dist.barrier()  # every rank done before any tears its group down
+    dist.shutdown()
 
 
 if __name__ == "__main__":
