@@ -1,9 +1,10 @@
 """Every per-primitive table covers every primitive of luminal/ops.py, or says why not.
 
-The reference runtime, autograd, the e-graph encoder and decoder, and the C renderer
-each keep one table keyed by the primitive (STYLE.md: "One IR, many renderers"). A
-primitive added to ops.py without its row fails here, naming the table, instead of
-failing in some graph that happens to use it.
+The reference runtime, autograd, the e-graph encoder and decoder, and the kernel
+lowering (luminal/kernel/values.py, whose IR every renderer shares) each keep one table
+keyed by the primitive (STYLE.md: "One IR, many renderers"). A primitive added to
+ops.py without its row fails here, naming the table, instead of failing in some graph
+that happens to use it.
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ from __future__ import annotations
 import pytest
 
 from luminal import ops
-from luminal.backends.cpu.codegen import OP_RENDERERS
 from luminal.compiler.egraph.encode import ENCODERS
 from luminal.compiler.egraph.extract import TERM_DECODERS
+from luminal.kernel.values import OP_LOWERINGS
 from luminal.reference.kernels import KERNELS
 from luminal.training.autograd import VJP_RULES, ZERO_GRADIENT
 
@@ -27,10 +28,10 @@ NOT_IN = {
             if op not in VJP_RULES
         },
     },
-    "renderer": {
-        ops.Input: "a buffer: read by KernelWriter.load, never computed",
-        ops.Gather: "its own kernel (kernels.gather_kernel): checks indices, records faults",
-        ops.Scatter: "its own kernel (kernels.scatter_kernel): sequential index_add",
+    "kernel lowering": {
+        ops.Input: "a buffer: read by ValueLowering.load, never computed",
+        ops.Gather: "its own kernel (kernel.lower.gather_kernel): checks indices, records faults",
+        ops.Scatter: "its own kernel (kernel.lower.scatter_kernel): sequential index_add",
         ops.Function: "Python between C segments (runtime.CompiledGraph._run_function)",
     },
 }
@@ -39,7 +40,7 @@ TABLES = {
     "reference": KERNELS,
     "autograd": VJP_RULES,
     "e-graph encoder": ENCODERS,
-    "renderer": OP_RENDERERS,
+    "kernel lowering": OP_LOWERINGS,
 }
 
 

@@ -115,6 +115,16 @@ class Var(Value):
     dtype: Type
 
 
+def type_of(value: Value) -> Type:
+    """The type a value computes in (a Load's storage dtype stands for its compute type;
+    a Select has its branches' type)."""
+    if isinstance(value, Select):
+        return type_of(value.a)
+    if isinstance(value, Cast):
+        return value.target
+    return value.dtype  # type: ignore[attr-defined]
+
+
 # ------------------------------------------------------------------------- statements
 class Stmt:
     """Base of every statement node."""

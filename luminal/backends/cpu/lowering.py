@@ -1,5 +1,6 @@
-"""Static lowering: the kernel of every materialised node (mode="fast"), kept in a
-`Lowering` that measured search may edit, then assembled into a CompiledGraph."""
+"""Static lowering: the kernel of every materialised node (mode="fast"), lowered to IR
+and rendered to C, kept in a `Lowering` that measured search may edit, then assembled
+into a CompiledGraph."""
 
 from __future__ import annotations
 
@@ -7,19 +8,22 @@ from dataclasses import dataclass
 
 from luminal import ops
 from luminal.backends.cpu.blas import blas_contract_kernel
-from luminal.backends.cpu.codegen import KernelSource, NotRowLocal
-from luminal.backends.cpu.kernels import (
-    custom_kernel_source,
+from luminal.backends.cpu.codegen import RENDERER, KernelSource, kernel_source
+from luminal.backends.cpu.runtime import CompiledGraph, Segment
+from luminal.custom import CustomKernel
+from luminal.graph import Graph
+from luminal.kernel import ir
+from luminal.kernel.indexing import dims_of
+from luminal.kernel.lower import (
+    NotRowLocal,
+    custom_kernel,
     elementwise_kernel,
     gather_kernel,
     reduce_kernel,
     row_kernel,
     scatter_kernel,
 )
-from luminal.backends.cpu.runtime import CompiledGraph, Segment
-from luminal.custom import CustomKernel
-from luminal.graph import Graph
-from luminal.kernel.indexing import dims_of
+from luminal.render.c import CRenderer
 from luminal.schedule.contraction import is_blas_contract
 from luminal.schedule.fusion import plan_fusion
 
@@ -43,45 +47,46 @@ class Lowering:
         return {head: kernel.nodes for head, kernel in self.kernels.items()}
 
 
-def lower_kernels(graph: Graph) -> Lowering:
-    """The static (mode="fast") kernel for every materialised node."""
+def lower_kernels(graph: Graph, renderer: CRenderer = RENDERER, blas: bool = True) -> Lowering:
+    """The static (mode="fast") kernel for every materialised node, rendered by
+    `renderer`; `blas=False` lowers every contraction to loops (a backend without sgemm)."""
     plan = plan_fusion(graph)
     materialised = set(plan.materialised) | set(plan.inputs)
     dims = dims_of(graph)
     kernels: dict[int, KernelSource] = {}
     for head, absorbed in plan.row_groups.items():
         try:
-            kernels[head] = row_kernel(graph, graph.nodes[head], absorbed, materialised, dims)
+            kernel = row_kernel(graph, graph.nodes[head], absorbed, materialised, dims)
         except NotRowLocal:
             continue
+        kernels[head] = kernel_source(kernel, renderer)
         materialised -= set(absorbed)
     order = [n for n in plan.materialised if n in materialised]
     for node_id in order:
-        if node_id in kernels:
-            continue
         node = graph.nodes[node_id]
-        op = node.op
-        if isinstance(op, ops.Function):
+        if node_id in kernels or isinstance(node.op, ops.Function):
             continue
-        if isinstance(op, ops.Contract):
-            blas = (
-                blas_contract_kernel(graph, node, materialised, dims)
-                if is_blas_contract(node)
-                else None
-            )
-            kernel = blas or reduce_kernel(graph, node, materialised, dims)
-        elif isinstance(op, ops.SumReduce | ops.MaxReduce):
-            kernel = reduce_kernel(graph, node, materialised, dims)
-        elif isinstance(op, ops.Gather):
-            kernel = gather_kernel(graph, node, materialised, dims)
-        elif isinstance(op, CustomKernel):
-            kernel = custom_kernel_source(graph, node, dims)
-        elif isinstance(op, ops.Scatter):
-            kernel = scatter_kernel(graph, node, materialised, dims)
-        else:
-            kernel = elementwise_kernel(graph, node, materialised, dims)
-        kernels[node_id] = kernel
+        if blas and isinstance(node.op, ops.Contract) and is_blas_contract(node):
+            sgemm = blas_contract_kernel(graph, node, materialised, dims)
+            if sgemm is not None:
+                kernels[node_id] = sgemm
+                continue
+        kernels[node_id] = kernel_source(_kernel(graph, node, materialised, dims), renderer)
     return Lowering(graph, list(plan.inputs), order, kernels, materialised, dims)
+
+
+def _kernel(graph: Graph, node: object, materialised: set[int], dims: list[str]) -> ir.Kernel:
+    """The IR of a materialised node's kernel (not a row group, not a BLAS call)."""
+    op = node.op
+    if isinstance(op, ops.Contract | ops.SumReduce | ops.MaxReduce):
+        return reduce_kernel(graph, node, materialised, dims)
+    if isinstance(op, ops.Gather):
+        return gather_kernel(graph, node, materialised, dims)
+    if isinstance(op, CustomKernel):
+        return custom_kernel(graph, node, dims)
+    if isinstance(op, ops.Scatter):
+        return scatter_kernel(graph, node, materialised, dims)
+    return elementwise_kernel(graph, node, materialised, dims)
 
 
 def assemble(lowering: Lowering) -> CompiledGraph:

@@ -5,18 +5,14 @@
 
 /* constant */
 void lm_constant_<hash>(float* restrict b0, const long long* restrict d) {
-    {
-b0[0] = 0.0f;
-    }
+    b0[0] = 0.0f;
 }
 
 /* ---- segment 0: nodes [3] */
 
 /* constant */
 void lm_constant_<hash>(float* restrict b0, const long long* restrict d) {
-    {
-b0[0] = 2.0f;
-    }
+    b0[0] = 2.0f;
 }
 
 /* ---- segment 0: nodes [13] */
@@ -34,12 +30,11 @@ void lm_scatter_<hash>(float* restrict b0, const float* restrict b1, const int* 
             b0[(6*i0_ + i1_)] = b1[0];
         }
     }
-    #pragma omp parallel for if((0) > 16384)
     for (long long r0_ = 0; r0_ < 4; r0_++) {
         for (long long r1_ = 0; r1_ < 6; r1_++) {
             long long g0_ = (long long)(b2[r0_]);
             if (g0_ < 0 || g0_ >= 10) { lm_fault_index(lm_fault, g0_, 10); continue; }
-            b0[g0_ * 6 + r1_] = (b0[g0_ * 6 + r1_] + b3[0]);
+            b0[(6*g0_ + r1_)] = (b0[(6*g0_ + r1_)] + b3[0]);
         }
     }
 }

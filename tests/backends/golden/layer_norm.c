@@ -5,9 +5,7 @@
 
 /* constant_recip */
 void lm_constant_recip_<hash>(float* restrict b0, const long long* restrict d) {
-    {
-b0[0] = (1.0f / 48.0f);
-    }
+    b0[0] = (1.0f / 48.0f);
 }
 
 /* ---- segment 0: nodes [3, 6, 15, 26, 27, 28, 29, 30, 32, 33, 34, 35, 36, 37] */

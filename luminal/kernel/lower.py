@@ -1,0 +1,356 @@
+"""Lowering from the schedule to kernel IR: one builder per kind of materialised node
+(elementwise chain, reduction, row-fused group, gather, scatter, custom kernel), each
+returning an `ir.Kernel` built with the `ValueLowering` of `values.py`.
+
+Loop structure is decided here, not by a renderer: the outermost loop of a nest is
+`parallel` (with its work, so a renderer may keep small nests serial), reductions are
+`reduce` loops with their accumulators, short reductions unroll into straight code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from luminal import ops
+from luminal.dtype import DType
+from luminal.graph import Graph, Node
+from luminal.kernel import ir
+from luminal.kernel.indexing import flat_index, loop_name
+from luminal.kernel.values import NotRowLocal, ValueLowering
+from luminal.schedule.fusion import UNROLL_LIMIT
+from luminal.shape.expr import ONE, ZERO, Expr, sym
+
+__all__ = [
+    "NotRowLocal",
+    "custom_kernel",
+    "elementwise_kernel",
+    "gather_kernel",
+    "reduce_kernel",
+    "row_kernel",
+    "scatter_kernel",
+]
+
+
+def product(shape: Sequence[Expr]) -> Expr:
+    total = ONE
+    for d in shape:
+        total = total * d
+    return total
+
+
+def loop_nest(
+    shape: Sequence[Expr],
+    indices: Sequence[Expr],
+    body: Sequence[ir.Stmt],
+    work: Expr | None,
+) -> tuple[ir.Stmt, ...]:
+    """Loops over `shape`, the outermost parallel over `work` elements (`work=None`: all
+    serial). A 0-d shape is the body itself."""
+    nest = tuple(body)
+    for axis in reversed(range(len(shape))):
+        kind = "parallel" if axis == 0 and work is not None else "serial"
+        name = _name(indices[axis])
+        nest = (ir.Loop(name, shape[axis], kind, nest, work if kind == "parallel" else None),)
+    return nest
+
+
+def _name(index: Expr) -> str:
+    """The IR name of a loop index expression (`loop_index(name, ...)`)."""
+    return loop_name(index.terms[0][0][0].args[0])
+
+
+def _kernel(
+    graph: Graph,
+    node: Node,
+    w: ValueLowering,
+    dims: Sequence[str],
+    body: tuple[ir.Stmt, ...],
+    faults: bool = False,
+) -> ir.Kernel:
+    computed = tuple(sorted(set(w.nodes + [node.id])))
+    return ir.Kernel(
+        kernel_label(graph, w, node),
+        w.kernel_params(),
+        tuple(dims),
+        body,
+        computed,
+        reports_faults=faults,
+    )
+
+
+def kernel_label(graph: Graph, w: ValueLowering, node: Node) -> str:
+    """A kernel's name: the first four distinct ops it computes, producers first."""
+    names = [graph.nodes[n].op.name.lower() for n in reversed(w.nodes)]
+    if node.id not in w.nodes:
+        names.append(node.op.name.lower())
+    seen: list[str] = []
+    for n in names:
+        if n not in seen:
+            seen.append(n)
+    return "_".join(seen[:4]) or node.op.name.lower()
+
+
+def _writer(graph: Graph, node: Node, materialised: set[int]) -> ValueLowering:
+    w = ValueLowering(graph, materialised - {node.id})
+    w.param(node.id)
+    return w
+
+
+# ------------------------------------------------------------------------ elementwise
+def elementwise_kernel(
+    graph: Graph, node: Node, materialised: set[int], dims: Sequence[str]
+) -> ir.Kernel:
+    w = _writer(graph, node, materialised)
+    indices = w.loop_vars(node.shape)
+    store = ir.Store(0, flat_index(indices, node.shape), w.value(node, indices), node.dtype)
+    body = loop_nest(node.shape, indices, [store], product(node.shape))
+    return _kernel(graph, node, w, dims, body)
+
+
+# ------------------------------------------------------------------------- reductions
+def reduce_kernel(
+    graph: Graph, node: Node, materialised: set[int], dims: Sequence[str]
+) -> ir.Kernel:
+    """SumReduce/MaxReduce, or a Contract (sum of a product) without BLAS: one output
+    element per outer iteration, producers fused into the inner loop."""
+    if len(getattr(node.op, "summed", ())) > 1:
+        return _multi_sum_kernel(graph, node, materialised, dims)
+    w = _writer(graph, node, materialised)
+    axis = node.op.axis
+    size = node.inputs[0].view.shape[axis]
+    outer = w.loop_vars(node.shape)
+    upper = size.as_int()
+    reduce_index = w.loop_var("r0_", size)
+    if upper is not None and upper <= UNROLL_LIMIT:
+        # a short reduction (relu is a max over the pair (x, 0)) unrolls into straight
+        # code, so the surrounding loop vectorises and padding checks fold away
+        terms = [
+            w.reduced_value(node, outer[:axis] + [sym(k)] + outer[axis:]) for k in range(upper)
+        ]
+        stages = _unrolled(node, terms)
+    else:
+        value = w.reduced_value(node, outer[:axis] + [reduce_index] + outer[axis:])
+        stages = [_reduction_loop(node, value, reduce_index, size, "acc")]
+    acc = ir.Var("acc", node.dtype)
+    store = ir.Store(0, flat_index(outer, node.shape), acc, node.dtype)
+    work = product(node.inputs[0].view.shape)
+    return _kernel(graph, node, w, dims, loop_nest(node.shape, outer, [*stages, store], work))
+
+
+def _multi_sum_kernel(
+    graph: Graph, node: Node, materialised: set[int], dims: Sequence[str]
+) -> ir.Kernel:
+    """A ContractSum without BLAS: sum(a * b) over several axes, one loop per axis."""
+    w = _writer(graph, node, materialised)
+    summed = node.op.summed
+    shape = node.inputs[0].view.shape
+    outer = w.loop_vars(node.shape)
+    reduce_vars = {d: w.loop_var(f"r{j}_", shape[d]) for j, d in enumerate(summed)}
+    inner, rest = [], iter(outer)
+    for d in range(len(shape)):
+        inner.append(reduce_vars[d] if d in reduce_vars else next(rest))
+    value = w.reduced_value(node, inner)
+    last = summed[-1]
+    body: tuple[ir.Stmt, ...] = (
+        _reduction_loop(node, value, reduce_vars[last], shape[last], "v1"),
+        ir.Accumulate("acc", "add", ir.Var("v1", node.dtype)),
+    )
+    for d in reversed(summed[:-1]):
+        body = (ir.Loop(_name(reduce_vars[d]), shape[d], "serial", body),)
+    stages = [
+        ir.Declare("acc", node.dtype, _zero(node.dtype)),
+        *body,
+        ir.Store(0, flat_index(outer, node.shape), ir.Var("acc", node.dtype), node.dtype),
+    ]
+    return _kernel(graph, node, w, dims, loop_nest(node.shape, outer, stages, product(shape)))
+
+
+def _zero(dtype: DType) -> ir.Const:
+    return ir.Const(0.0 if dtype.is_float else 0, dtype)
+
+
+def _unrolled(node: Node, terms: list[ir.Value]) -> list[ir.Stmt]:
+    """acc over a few values, with the same NaN rule as the loop form."""
+    is_max = isinstance(node.op, ops.MaxReduce)
+    if not terms:
+        if not is_max:
+            return [ir.Declare("acc", node.dtype, _zero(node.dtype))]
+        lowest = float("-inf") if node.dtype.is_float else -(2**31)
+        return [ir.Declare("acc", node.dtype, ir.Const(lowest, node.dtype))]
+    stages: list[ir.Stmt] = [ir.Declare("acc", node.dtype, terms[0])]
+    for k, term in enumerate(terms[1:], start=1):
+        if not is_max:
+            stages.append(ir.Accumulate("acc", "add", term))
+            continue
+        local = f"v{k}"
+        stages.append(
+            ir.Scope(
+                (
+                    ir.Declare(local, node.dtype, term, const=True),
+                    ir.Accumulate("acc", "max", ir.Var(local, node.dtype)),
+                )
+            )
+        )
+    return stages
+
+
+def _reduction_loop(
+    node: Node,
+    value: ir.Value,
+    index: Expr,
+    size: Expr,
+    local: str,
+    store: ir.Store | None = None,
+) -> ir.Loop:
+    """A reduce loop accumulating `value` into `local`; `store` runs per element with the
+    value in the local `v` (int32 sums accumulate the value directly)."""
+    op = "max" if isinstance(node.op, ops.MaxReduce) else "add"
+    reduction = ir.Reduction(local, op, node.dtype)
+    if op == "add" and not node.dtype.is_float:
+        body: tuple[ir.Stmt, ...] = (ir.Accumulate(local, op, value),)
+    else:
+        v = ir.Var("v", node.dtype)
+        body = (
+            ir.Declare("v", node.dtype, value, const=True),
+            *((store,) if store is not None else ()),
+            ir.Accumulate(local, op, v),
+        )
+    return ir.Loop(_name(index), size, "reduce", body, reductions=(reduction,))
+
+
+# ----------------------------------------------------------------------------- rows
+def row_kernel(
+    graph: Graph, head: Node, absorbed: list[int], materialised: set[int], dims: Sequence[str]
+) -> ir.Kernel:
+    """One loop nest over rows for a head and the row reductions it needs (softmax,
+    layer norm): each absorbed reduction or per-row scalar becomes a local computed in
+    a stage before the head's loop. Raises NotRowLocal when a value would be read at
+    another row."""
+    absorbed_set = set(absorbed)
+    w = ValueLowering(graph, materialised - {head.id} - absorbed_set)
+    w.param(head.id)
+    is_reduce = hasattr(head.op, "axis")
+    full = tuple(head.inputs[0].view.shape) if is_reduce else tuple(head.shape)
+    outer, inner = full[:-1], full[-1]
+    outer_idx = w.loop_vars(outer)
+    j = w.loop_var("j0_", inner)
+    row_flat = flat_index(outer_idx, outer)
+    w.row_flat = row_flat
+    stages: list[ir.Stmt] = []
+    for node_id in absorbed:
+        node = graph.nodes[node_id]
+        local = f"s{node_id}"
+        if hasattr(node.op, "axis"):  # SumReduce, MaxReduce or a loop Contract
+            value = w.reduced_value(node, [*outer_idx, j])
+            cached = _cacheable_row_value(graph, head, node, absorbed_set, is_reduce)
+            store = None
+            if cached is not None and cached not in w.row_cache:
+                # softmax: exp(x - max) is summed here and stored in the output row,
+                # so the head reads it back instead of computing it again
+                store = ir.Store(0, row_flat * inner + j, ir.Var("v", node.dtype), DType.float32)
+                w.row_cache[cached] = row_flat * inner + j
+            stages.append(_reduction_loop(node, value, j, inner, local, store))
+        elif tuple(node.shape) in (outer, (*outer, 1)):
+            indices = list(outer_idx) + ([ZERO] if len(node.shape) > len(outer) else [])
+            stages.append(ir.Declare(local, node.dtype, w.value(node, indices), const=True))
+        else:
+            continue  # a (rows, n) value: recomputed inline where read
+        w.scalars[node_id] = ir.Var(local, node.dtype)
+    if is_reduce:
+        value = w.reduced_value(head, [*outer_idx, j])
+        stages.append(_reduction_loop(head, value, j, inner, "acc"))
+        stages.append(ir.Store(0, row_flat, ir.Var("acc", head.dtype), head.dtype))
+    else:
+        store = ir.Store(0, row_flat * inner + j, w.value(head, [*outer_idx, j]), head.dtype)
+        stages.append(ir.Loop(_name(j), inner, "serial", (store,)))
+    w.nodes.extend(absorbed)
+    return _kernel(graph, head, w, dims, loop_nest(outer, outer_idx, stages, product(full)))
+
+
+def _cacheable_row_value(
+    graph: Graph, head: Node, reduction: Node, absorbed: set[int], head_is_reduce: bool
+) -> int | None:
+    """The recomputed row value a sum reduces, when it can be kept in the head's output
+    row (same shape, float32, read through the identity view)."""
+    if head_is_reduce or not isinstance(reduction.op, ops.SumReduce):
+        return None
+    (edge,) = reduction.inputs
+    source = graph.nodes[edge.source]
+    if (
+        edge.source in absorbed
+        and edge.view.is_identity()
+        and tuple(source.shape) == tuple(head.shape)
+        and source.dtype == head.dtype == DType.float32
+    ):
+        return edge.source
+    return None
+
+
+# --------------------------------------------------------------------- gather, scatter
+def gather_kernel(
+    graph: Graph, node: Node, materialised: set[int], dims: Sequence[str]
+) -> ir.Kernel:
+    """Rows of a table at int32 indices; an index out of range reads row 0 and is recorded
+    in the run's fault record, which the runtime turns into an ExecutionError."""
+    w = _writer(graph, node, materialised)
+    table_edge, index_edge = node.inputs
+    lead = len(index_edge.view.shape)
+    indices = w.loop_vars(node.shape)
+    rows = table_edge.view.shape[0]
+    row = w.loop_var("g0_", rows)
+    index_value = w.edge(index_edge, indices[:lead])
+    value = w.edge(table_edge, [row, *indices[lead:]])
+    index_dtype = graph.nodes[index_edge.source].dtype
+    body = [
+        ir.Declare(_name(row), ir.INDEX, ir.Cast(index_value, index_dtype, ir.INDEX)),
+        ir.CheckIndex(_name(row), rows, "clamp"),
+        ir.Store(0, flat_index(indices, node.shape), value, node.dtype),
+    ]
+    nest = loop_nest(node.shape, indices, body, product(node.shape))
+    return _kernel(graph, node, w, dims, nest, faults=True)
+
+
+def scatter_kernel(
+    graph: Graph, node: Node, materialised: set[int], dims: Sequence[str]
+) -> ir.Kernel:
+    """base.index_add(0, indices, updates): copy the base, then add each update row at its
+    index. The adds run in one thread, in order (serial loops), so repeated indices
+    accumulate exactly as in the reference runtime (the gradient of an embedding lookup)."""
+    w = _writer(graph, node, materialised)
+    base_edge, index_edge, update_edge = node.inputs
+    copy_idx = w.loop_vars(node.shape)
+    copy = ir.Store(0, flat_index(copy_idx, node.shape), w.edge(base_edge, copy_idx), node.dtype)
+    lead = len(index_edge.view.shape)
+    update_shape = tuple(update_edge.view.shape)
+    update_idx = w.loop_vars(update_shape, prefix="r")
+    row = w.loop_var("g0_", node.shape[0])
+    index_value = w.edge(index_edge, update_idx[:lead])
+    update_value = w.edge(update_edge, update_idx)
+    row_shape = tuple(node.shape[1:])
+    target = row * product(row_shape) + flat_index(update_idx[lead:], row_shape)
+    index_dtype = graph.nodes[index_edge.source].dtype
+    total = ir.Alu("add", (ir.Load(0, target, node.dtype), update_value), node.dtype)
+    scatter = [
+        ir.Declare(_name(row), ir.INDEX, ir.Cast(index_value, index_dtype, ir.INDEX)),
+        ir.CheckIndex(_name(row), node.shape[0], "skip"),
+        ir.Store(0, target, total, node.dtype),
+    ]
+    body = (
+        *loop_nest(node.shape, copy_idx, [copy], product(node.shape)),
+        *loop_nest(update_shape, update_idx, scatter, None),  # never parallel
+    )
+    return _kernel(graph, node, w, dims, body, faults=True)
+
+
+# ---------------------------------------------------------------------------- custom
+def custom_kernel(graph: Graph, node: Node, dims: Sequence[str]) -> ir.Kernel:
+    """The user's C function called with the output, the inputs and their element counts
+    (see luminal/custom.py for the ABI); its source is the kernel's prelude."""
+    function = node.op.function
+    buffers = [node.id] + [edge.source for edge in node.inputs]
+    params = tuple(ir.Param(n, graph.nodes[n].dtype, output=i == 0) for i, n in enumerate(buffers))
+    counts = (product(node.shape), *(product(e.view.shape) for e in node.inputs))
+    call = ir.Call(function, tuple(range(len(buffers))), counts)
+    return ir.Kernel(
+        f"custom_{function}", params, tuple(dims), (call,), (node.id,), prelude=node.op.source
+    )
