@@ -107,6 +107,9 @@ class CRenderer:
     math_functions = {"sqrt": "sqrtf", "sin": "sinf", "exp2": "exp2f", "log2": "log2f"}
     fault_param = "long long* restrict lm_fault"
     prelude = PRELUDE
+    # GPU dialects: the barrier statement and the local-memory qualifier (None: none)
+    barrier_text: str | None = None  # OpenCL: "barrier(CLK_LOCAL_MEM_FENCE);"
+    local_qualifier: str | None = None  # OpenCL: "__local"; CUDA: "__shared__"
 
     # ------------------------------------------------------------------ kernel
     def render(self, kernel: ir.Kernel) -> tuple[str, str]:
@@ -229,10 +232,17 @@ class CRenderer:
         return lines + self.line(f"{stmt.function}({', '.join(args)});", depth)
 
     def stmt_localmemory(self, stmt: ir.LocalMemory, depth: int) -> list[str]:
-        raise CompileError(f"{type(self).__name__}: no local memory ({stmt.name})")
+        if self.local_qualifier is None:
+            raise CompileError(f"{type(self).__name__}: no local memory ({stmt.name})")
+        storage = self.storage_types[stmt.dtype]
+        return self.line(
+            f"{self.local_qualifier} {storage} {stmt.name}[{self.index(stmt.size)}];", depth
+        )
 
     def stmt_barrier(self, stmt: ir.Barrier, depth: int) -> list[str]:
-        raise CompileError(f"{type(self).__name__}: no barriers")
+        if self.barrier_text is None:
+            raise CompileError(f"{type(self).__name__}: no barriers")
+        return self.line(self.barrier_text, depth)
 
     def stmt_loop(self, loop: ir.Loop, depth: int) -> list[str]:
         if loop.kind == "reduce":
@@ -253,6 +263,19 @@ class CRenderer:
         return self.for_loop(loop, depth, loop.body)
 
     def gpu_loop(self, loop: ir.Loop, depth: int) -> list[str]:
+        """One work-item per iteration: the index from `gpu_index`, guarded by the
+        extent (a launch rounds the grid up)."""
+        name, extent = loop.var, self.index(loop.extent)
+        return [
+            *self.line(f"const {self.index_type} {name} = {self.gpu_index(loop)};", depth),
+            *self.line(f"if ({name} < {extent}) {{", depth),
+            *self.statements(loop.body, depth + 1),
+            *self.line("}", depth),
+        ]
+
+    def gpu_index(self, loop: ir.Loop) -> str:
+        """A GPU loop's work-item index (e.g. OpenCL `get_global_id(0)`); dialects
+        decide which grid axis a loop takes."""
         raise CompileError(f"{type(self).__name__}: no GPU work-items ({loop.kind} loop)")
 
     def reduce_loop(self, loop: ir.Loop, depth: int) -> list[str]:
