@@ -232,9 +232,7 @@ class CausalLM(Module):
         stack = DecoderStack(graph, self)
         setattr(self, self.names.model, stack)
         object.__setattr__(self, "decoder", stack)
-        self.lm_head: Linear | None = None
-        if not config.tie_word_embeddings:
-            self.lm_head = Linear(graph, config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head: Linear | None = self.build_head(graph)
 
     # ---------------------------------------------------------------- hooks
     @property
@@ -281,6 +279,22 @@ class CausalLM(Module):
         norms = self.build_norm(graph), self.build_norm(graph)
         return DecoderLayer(graph, attention, mlp, *norms, names=self.names.layer)
 
+    def build_head(self, graph: Graph) -> Linear | None:
+        """The vocabulary head, or None with tied embeddings (the head reads the table)."""
+        c = self.config
+        return None if c.tie_word_embeddings else Linear(graph, c.hidden_size, c.vocab_size, False)
+
+    def head(self, hidden: GraphTensor) -> GraphTensor:
+        """Logits of the final-normed hidden states (..., hidden) -> (..., vocab)."""
+        if self.lm_head is not None:
+            return self.lm_head(hidden)
+        return hidden @ self.decoder.token_embedding.weight.T
+
+    def replica(self, graph: Graph) -> CausalLM:
+        """The same model built again in `graph` (a decode session's copy; its weights
+        are then shared, so build it inside `skip_init()`)."""
+        return type(self)(graph, self.config)
+
     def checkpoint_state(self, state: Mapping[str, Any]) -> dict[str, Any]:
         """A checkpoint's state dict under this model's parameter names: buffers dropped,
         and with tied embeddings the `lm_head.weight` entry (transformers lists the shared
@@ -293,13 +307,23 @@ class CausalLM(Module):
     # ---------------------------------------------------------------- loading
     @classmethod
     def from_pretrained(
-        cls, folder: PathLike, graph: Graph | None = None, dtype: Any = np.float32
+        cls,
+        folder: PathLike,
+        graph: Graph | None = None,
+        dtype: Any = np.float32,
+        tensor_parallel: Any = False,
     ) -> CausalLM:
         """A model from a Hugging Face folder (`config.json` and `*.safetensors`, sharded
         or not; `tokenizer.json`, when there, becomes `model.tokenizer`). Weights are
         converted to float32. The config is validated first, parameters get no random
-        initial values, and on any error the graph is left as it was."""
+        initial values, and on any error the graph is left as it was. `tensor_parallel`
+        (True, or a `luminal.distributed` Communicator): this rank's shard only, see
+        `luminal.models.tensor_parallel`."""
         graph = Graph() if graph is None else graph
+        if tensor_parallel:
+            from luminal.models.tensor_parallel import from_pretrained_sharded
+
+            return from_pretrained_sharded(cls, folder, graph, dtype, tensor_parallel)
         config = cls.config_class.from_dict(load_hf_config(folder))
         tokenizer = load_tokenizer(folder)
         model = build_then_load(
@@ -354,10 +378,7 @@ class CausalLM(Module):
         hidden, new_caches = self.decoder(ids, caches)
         if last_only:
             hidden = hidden[:, -1]  # (batch, hidden)
-        hidden = self.decoder.final_norm(hidden)
-        if self.lm_head is not None:
-            return self.lm_head(hidden), new_caches
-        return hidden @ self.decoder.token_embedding.weight.T, new_caches
+        return self.head(self.decoder.final_norm(hidden)), new_caches
 
     def session(
         self, compile: bool = True, compiler: Any = None, batch: ExprLike = "batch"
@@ -394,7 +415,7 @@ class DecoderSession:
         self.source = model
         self.graph = Graph()
         with skip_init():  # the weights are the source model's
-            self.model = type(model)(self.graph, model.config)
+            self.model = model.replica(self.graph)
         self.share_weights()
         self.ids = self.graph.tensor((batch, "seq"), dtype=int32, name="input_ids")
         self.cache_in = self.model.cache_inputs(batch, "past")

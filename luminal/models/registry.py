@@ -95,6 +95,10 @@ def from_pretrained(path: PathLike, cx: Graph | None = None, **options: Any) -> 
             f"(got {model_type!r}); known: {sorted(MODEL_TYPES)}"
         )
     quantize = options.pop("quantize", None)
+    if quantize is not None and options:
+        raise LuminalError(
+            f"from_pretrained: quantize={quantize!r} takes no other options, got {sorted(options)}"
+        )
     if quantize is not None:  # Linear/Embedding weights packed as they load
         from luminal.quant import quantize_pretrained
 

@@ -4,7 +4,8 @@ Launched by the tests under `mpiexec -n 2` or `torchrun --nproc-per-node 2`; eve
 writes what it computed to OUT/rank<r>.npz for the test to compare with its oracle.
 MODE: "train" (the data-parallel scenarios, compiled), "collectives" (exact results of
 every collective), "train+collectives", "fail" (rank 1 raises at its 5th step), "die"
-(rank 1 exits there without a word).
+(rank 1 exits there without a word), "tensor_parallel" (greedy decoding of the Llama
+saved in OUT/model, each rank holding its shard).
 """
 
 from __future__ import annotations
@@ -57,6 +58,25 @@ def fail(how: str) -> None:
         step(x, y)
 
 
+def tensor_parallel(folder: Path) -> dict[str, np.ndarray]:
+    """Greedy decoding of OUT/prompt.npy by the tensor-parallel Llama in OUT/model,
+    compiled: the new tokens, the logits of every step, and the shapes each rank holds."""
+    model = lm.models.from_pretrained(folder / "model", lm.Graph(), tensor_parallel=True)
+    session = model.session()
+    steps: list[np.ndarray] = []
+
+    def record(logits: np.ndarray, index: int) -> np.ndarray:
+        steps.append(logits.copy())
+        return logits
+
+    prompt = np.load(folder / "prompt.npy")
+    tokens = lm.models.generate(session, prompt, workloads.TP_NEW_TOKENS, ignore_eos=True,
+                                logits_processor=record)  # fmt: skip
+    shapes = {f"shape {name}": np.array(t.shape) for name, t in model.named_parameters()}
+    cache = np.array(session.cache_in[0].key.numpy().shape)
+    return {"tokens": tokens, "logits": np.stack(steps, 1), "cache": cache, **shapes}
+
+
 def main(mode: str, folder: str) -> None:
     dist.init()
     out: dict[str, np.ndarray] = {"world_size": np.array(dist.world_size())}
@@ -66,6 +86,8 @@ def main(mode: str, folder: str) -> None:
         train(out)
     if mode in ("fail", "die"):
         fail(mode)
+    if mode == "tensor_parallel":
+        out.update(tensor_parallel(Path(folder)))
     np.savez(Path(folder) / f"rank{dist.rank()}.npz", **out)
     dist.barrier()  # every rank done before any tears its group down
     dist.shutdown()

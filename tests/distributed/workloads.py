@@ -23,6 +23,20 @@ SCENARIOS: dict[str, tuple[Any, int, int, int]] = {
     "uneven": (functools.partial(SGD, lr=0.1, momentum=0.9), 1, 15, 8),
 }
 
+# The tiny Llama of the tensor-parallel tests (transformers' LlamaConfig fields): 4 query
+# and 2 key/value heads, so 2 ranks hold 2 and 1; an odd vocabulary, so the last rank's
+# share of the head is padded.
+TP_LLAMA: dict[str, Any] = {
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "intermediate_size": 128,
+    "vocab_size": 251,
+    "max_position_embeddings": 128,
+}
+TP_NEW_TOKENS = 8
+
 
 def batches(count: int, size: int, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
     """`count` different batches of Gaussian blobs (one blob per class)."""
