@@ -2,6 +2,8 @@
 
     python -m luminal.examples.llama_generate [--seed N] [--max-new-tokens N]
         [--prompt ID [ID ...]] [--temperature T] [--no-compile] [--no-check]
+    mpiexec -n 2 python -m luminal.examples.llama_generate --tensor-parallel
+    torchrun --standalone --nproc-per-node 2 -m luminal.examples.llama_generate --tensor-parallel
 
 The model is `lm.models.Llama` built from a config mapping (hidden 256, 4 layers, 8 heads,
 4 key/value heads, vocabulary 1000); its weights are PyTorch-style initial weights drawn
@@ -10,11 +12,18 @@ after `lm.nn.manual_seed(seed)`, so the tokens are meaningless but reproducible.
 `lm.CPUCompiler()`, it runs the prompt and then every single-token step with the KV cache.
 Tokens per second count the decode steps only (compile and prompt excluded). The check
 runs the same generation on the reference runtime and compares the tokens.
+
+`--tensor-parallel` splits the model over the ranks of the launcher (heads and MLP
+columns, `luminal.models.tensor_parallel`): every rank draws the same seeded weights,
+keeps its shard, and runs the same generation; rank 0 prints. The check then compares
+with one process holding the whole model.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,7 +32,9 @@ from typing import Any
 import numpy as np
 
 import luminal as lm
-from luminal.models import Llama, LlamaSession, generate
+import luminal.distributed as dist
+from luminal.models import CausalLM, Llama, LlamaSession, generate
+from luminal.models.tensor_parallel import tensor_parallel_model
 
 CONFIG: dict[str, Any] = {
     "hidden_size": 256,
@@ -79,6 +90,16 @@ def build_model(seed: int = 0, config: dict[str, Any] | None = None) -> Llama:
     return Llama(lm.Graph(), CONFIG if config is None else config)
 
 
+def build_tensor_parallel(seed: int = 0) -> tuple[CausalLM, Llama]:
+    """This rank's shard of `build_model(seed)`, and the whole model it was cut from
+    (every rank draws the same seeded weights, so the shards fit together)."""
+    whole = build_model(seed)
+    with lm.nn.skip_init():  # the weights come from `whole`
+        shard = tensor_parallel_model(Llama, lm.Graph(), CONFIG)
+    shard.load_state_dict(whole.state_dict())
+    return shard, whole
+
+
 def run(
     seed: int = 0,
     max_new_tokens: int = 32,
@@ -86,16 +107,28 @@ def run(
     temperature: float = 0.0,
     compile: bool = True,
     check: bool = True,
+    tensor_parallel: bool = False,
 ) -> GenerationResult:
     """Generate, streaming the tokens; print timings and (compiled) the check."""
-    model = build_model(seed)
-    c = model.config
-    n_params = sum(int(np.prod(p.shape)) for p in model.parameters())
+    model: CausalLM
+    if tensor_parallel:
+        model, whole = build_tensor_parallel(seed)
+    else:
+        model = whole = build_model(seed)
+    c = whole.config
+    n_params = sum(int(np.prod(p.shape)) for p in whole.parameters())
     print(
         f"Llama: {c.num_hidden_layers} layers, hidden {c.hidden_size}, {c.num_attention_heads} "
         f"heads ({c.num_key_value_heads} kv), vocab {c.vocab_size}: {n_params / 1e6:.1f}M "
         f"random parameters (seed {seed})"
     )
+    if tensor_parallel:
+        local = model.config
+        print(
+            f"Tensor parallel over {dist.world_size()} ranks ({dist.backend()}): each holds "
+            f"{local.num_attention_heads} heads ({local.num_key_value_heads} kv), "
+            f"{local.intermediate_size} MLP columns and 1/{dist.world_size()} of the head"
+        )
     session = model.session(compile=compile)
     mode = "greedy" if temperature == 0 else f"temperature {temperature}"
     runtime = "compiled with lm.CPUCompiler" if compile else "reference runtime"
@@ -125,7 +158,7 @@ def run(
     matches = None
     if compile and check:
         reference = generate(
-            LlamaSession(model, compile=False),
+            LlamaSession(whole, compile=False),
             np.asarray(prompt, np.int32),
             max_new_tokens,
             temperature=temperature,
@@ -134,7 +167,8 @@ def run(
         )
         matches = bool(np.array_equal(tokens, reference))
         verdict = "same tokens" if matches else f"DIFFERENT tokens: {reference.tolist()}"
-        print(f"Check: reference runtime gives the {verdict}")
+        who = "one process (reference runtime)" if tensor_parallel else "reference runtime"
+        print(f"Check: {who} gives the {verdict}")
     return GenerationResult(tokens, first, rate, matches)
 
 
@@ -161,6 +195,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--no-check", action="store_true", help="skip the comparison with the reference runtime"
     )
+    p.add_argument(
+        "--tensor-parallel",
+        action="store_true",
+        help="split heads and MLP columns over the ranks of mpiexec / torchrun (rank 0 prints)",
+    )
     return p
 
 
@@ -169,14 +208,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     if any(not 0 <= i < CONFIG["vocab_size"] for i in args.prompt):
         p.error(f"--prompt ids must be in [0, {CONFIG['vocab_size']})")
-    run(
-        args.seed,
-        args.max_new_tokens,
-        args.prompt,
-        args.temperature,
-        not args.no_compile,
-        not args.no_check,
-    )
+    if args.tensor_parallel:
+        dist.init()
+    quiet = args.tensor_parallel and dist.rank() != 0
+    with contextlib.redirect_stdout(io.StringIO()) if quiet else contextlib.nullcontext():
+        run(
+            args.seed,
+            args.max_new_tokens,
+            args.prompt,
+            args.temperature,
+            not args.no_compile,
+            not args.no_check,
+            args.tensor_parallel,
+        )
+    if args.tensor_parallel:
+        dist.barrier()  # every rank done before any tears its group down
+        dist.shutdown()
     return 0
 
 
