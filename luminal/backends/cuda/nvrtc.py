@@ -40,6 +40,11 @@ def check_arch(arch: str) -> str:
     return arch
 
 
+def arch_number(arch: str) -> int:
+    """10 * major + minor of an architecture name: sm_90a -> 90."""
+    return int(ARCH.fullmatch(check_arch(arch)).group(1))
+
+
 def virtual_arch(arch: str) -> str:
     """The PTX target of a real architecture: sm_90a -> compute_90a."""
     return "compute_" + check_arch(arch)[3:]

@@ -62,17 +62,14 @@ class CudaModule:
         exact = f"sm_{capability[0]}{capability[1]}"
         if exact in self.binaries:
             return "cubin", self.binaries[exact].cubin
-        usable = [a for a in self.binaries if _number(a) <= capability[0] * 10 + capability[1]]
+        own = capability[0] * 10 + capability[1]
+        usable = [a for a in self.binaries if nvrtc.arch_number(a) <= own]
         if not usable:
             raise CompileError(
                 f"CUDA: the module was built for {sorted(self.binaries)}, all newer than the "
                 f"device ({exact}); add {exact!r} to CUDACompiler(arch=...)"
             )
-        return "ptx", self.binaries[max(usable, key=_number)].ptx
-
-
-def _number(arch: str) -> int:
-    return int(nvrtc.ARCH.fullmatch(arch).group(1))
+        return "ptx", self.binaries[max(usable, key=nvrtc.arch_number)].ptx
 
 
 def stats() -> dict[str, int]:
