@@ -48,6 +48,18 @@ def _chosen_note(record: SearchRecord) -> str:
     return " the static program (nothing measured faster)"
 
 
+def _space(record: SearchRecord) -> list[str]:
+    """The search space: options per site (kernel or program region, the static choice
+    included) and the configurations they span."""
+    if not record.sites:
+        return ["  search space: no site has alternatives"]
+    total = math.prod(len(options) for options in record.sites.values())
+    lines = [f"  search space: {len(record.sites)} sites, {total} configurations"]
+    for site, options in sorted(record.sites.items()):
+        lines.append(f"    {site}: {len(options)} options")
+    return lines
+
+
 def format_record(record: SearchRecord, trials: bool = True) -> str:
     lines = [
         f"search {record.key}  ({record.label})",
@@ -57,6 +69,7 @@ def format_record(record: SearchRecord, trials: bool = True) -> str:
         f"  searched {record.search_seconds:.1f} s, {len(record.trials)} candidates measured, "
         f"ended: {record.stopped_by}",
         _times(record),
+        *_space(record),
         "  chosen:" + _chosen_note(record),
     ]
     for site, option in sorted(record.chosen.items()):

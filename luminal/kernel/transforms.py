@@ -94,15 +94,15 @@ def _map_exprs(node: object, fn: Callable[[Expr], Expr]) -> object:
     return node
 
 
-def _walk(node: object) -> Iterator[object]:
+def walk(node: object) -> Iterator[object]:
     """Every IR node, Expr and Reduction under `node`, `node` included (pre-order)."""
     yield node
     if isinstance(node, tuple):
         for x in node:
-            yield from _walk(x)
+            yield from walk(x)
     elif dataclasses.is_dataclass(node) and not isinstance(node, type):
         for f in dataclasses.fields(node):
-            yield from _walk(getattr(node, f.name))
+            yield from walk(getattr(node, f.name))
 
 
 def _loop_vars(expr: Expr) -> set[str]:
@@ -113,7 +113,7 @@ def _loop_vars(expr: Expr) -> set[str]:
 def _mentions(node: object, name: str) -> bool:
     """Whether any index expression under `node` reads the loop variable or index local
     `name`."""
-    return any(isinstance(x, Expr) and name in _loop_vars(x) for x in _walk(node))
+    return any(isinstance(x, Expr) and name in _loop_vars(x) for x in walk(node))
 
 
 def _index_var(expr_tree: object, name: str, extent: Expr | None = None) -> Expr:
@@ -122,7 +122,7 @@ def _index_var(expr_tree: object, name: str, extent: Expr | None = None) -> Expr
     if extent is not None:
         return loop_index(name, extent)
     key = name + LOOP_MARK
-    for x in _walk(expr_tree):
+    for x in walk(expr_tree):
         if isinstance(x, Expr):
             for atom in _atoms(x):
                 if atom.op == "var" and atom.args[0] == key:
@@ -142,7 +142,7 @@ def _atoms(expr: Expr) -> Iterator[Atom]:
 def _names(kernel: ir.Kernel) -> set[str]:
     """Every local, accumulator and loop name in use (fresh names avoid them)."""
     names: set[str] = set()
-    for x in _walk(kernel.body):
+    for x in walk(kernel.body):
         if isinstance(x, ir.Loop):
             names.add(x.var)
         elif isinstance(x, ir.Declare | ir.Reduction | ir.LocalMemory):
@@ -189,7 +189,7 @@ def _find(kernel: ir.Kernel, axis: str | None, opt: Opt) -> _Found:
         return found[int(nth)]
     if len(found) == 1 and not nth:
         return found[0]
-    loops = sorted({x.var for x in _walk(kernel.body) if isinstance(x, ir.Loop)})
+    loops = sorted({x.var for x in walk(kernel.body) if isinstance(x, ir.Loop)})
     what = f"{len(found)} loops" if found else "no loop"
     raise _illegal(kernel, opt, f"{what} named {axis!r} (loops: {', '.join(loops) or 'none'})")
 
@@ -336,14 +336,12 @@ def unroll(kernel: ir.Kernel, opt: Opt) -> ir.Kernel:
     found = _find(kernel, opt.axis, opt)
     loop = found.loop
     extent, factor = _factor(kernel, opt, loop)
-    if any(isinstance(x, ir.CheckIndex) and x.action == "skip" for x in _walk(loop.body)):
+    if any(isinstance(x, ir.CheckIndex) and x.action == "skip" for x in walk(loop.body)):
         raise _illegal(kernel, opt, f"loop {loop.var} skips iterations (`continue`)")
-    if any(isinstance(x, ir.LocalMemory | ir.Barrier) for x in _walk(loop.body)):
+    if any(isinstance(x, ir.LocalMemory | ir.Barrier) for x in walk(loop.body)):
         raise _illegal(kernel, opt, f"loop {loop.var} holds local memory or a barrier")
     taken = _names(kernel)
-    declared = sorted(
-        {x.name for x in _walk(loop.body) if isinstance(x, ir.Declare | ir.Reduction)}
-    )
+    declared = sorted({x.name for x in walk(loop.body) if isinstance(x, ir.Declare | ir.Reduction)})
     whole = factor == extent
     outer_name = loop.var if whole else _fresh(f"{loop.var}u", taken)
     outer = loop_index(outer_name, sym(extent // factor))
@@ -370,14 +368,14 @@ def _dependence(loop: ir.Loop) -> str | None:
     must address an element through the loop variable with no data-dependent index
     local, no store may hit a buffer another iteration reads elsewhere, and no local
     declared outside the loop may be updated inside it."""
-    declared = {x.name for x in _walk(loop.body) if isinstance(x, ir.Declare | ir.Reduction)}
+    declared = {x.name for x in walk(loop.body) if isinstance(x, ir.Declare | ir.Reduction)}
     data_indices = {
         x.name
-        for x in _walk(loop.body)
+        for x in walk(loop.body)
         if isinstance(x, ir.Declare) and x.dtype == ir.INDEX and _reads_memory(x.value)
     }
     written: set[int | str] = set()
-    for x in _walk(loop.body):
+    for x in walk(loop.body):
         if isinstance(x, ir.Store):
             used = _loop_vars(x.index)
             if used & data_indices:
@@ -389,14 +387,14 @@ def _dependence(loop: ir.Loop) -> str | None:
             return f"iterations update {x.name}, declared outside the loop"
         if isinstance(x, ir.Call):
             return f"it calls {x.function}, whose effects are unknown"
-    for x in _walk(loop.body):
+    for x in walk(loop.body):
         if isinstance(x, ir.Load) and x.param in written and loop.var not in _loop_vars(x.index):
             return f"iterations read buffer {x.param} where other iterations write it"
     return None
 
 
 def _reads_memory(value: object) -> bool:
-    return any(isinstance(x, ir.Load) for x in _walk(value))
+    return any(isinstance(x, ir.Load) for x in walk(value))
 
 
 def parallelise(kernel: ir.Kernel, opt: Opt) -> ir.Kernel:
@@ -432,7 +430,7 @@ def serialise(kernel: ir.Kernel, opt: Opt) -> ir.Kernel:
 
 
 def _inner_loops(loop: ir.Loop) -> list[ir.Loop]:
-    return [x for x in _walk(loop.body) if isinstance(x, ir.Loop)]
+    return [x for x in walk(loop.body) if isinstance(x, ir.Loop)]
 
 
 def _every_parallel_loop(kernel: ir.Kernel, change: Callable[[ir.Loop], ir.Loop]) -> ir.Kernel:
@@ -507,14 +505,14 @@ def stage_local(kernel: ir.Kernel, opt: Opt) -> ir.Kernel:
         raise _illegal(kernel, opt, f"no buffer parameter {param!r}")
     if kernel.params[param].output:
         raise _illegal(kernel, opt, f"buffer {param} is written by the kernel")
-    loads = {x for x in _walk(loop.body) if isinstance(x, ir.Load) and x.param == param}
+    loads = {x for x in walk(loop.body) if isinstance(x, ir.Load) and x.param == param}
     if len(loads) != 1:
         raise _illegal(kernel, opt, f"loop {loop.var} reads buffer {param} {len(loads)} ways")
     (load,) = loads
     inner = {x.var: x for x in _inner_loops(loop)}
     used = _loop_vars(load.index)
     tile_loops = [inner[v] for v in sorted(used & set(inner))]
-    declared = {x.name for x in _walk(loop.body) if isinstance(x, ir.Declare)}
+    declared = {x.name for x in walk(loop.body) if isinstance(x, ir.Declare)}
     locals_ = used & declared
     if locals_:
         raise _illegal(kernel, opt, f"the index reads locals {sorted(locals_)} set in the loop")

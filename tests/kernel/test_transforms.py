@@ -221,16 +221,27 @@ def test_scatter_keeps_its_serial_update_loop() -> None:
 
 
 class StagingRenderer(CpuRenderer):
-    """Test-only: local memory as a C array of the work-item, a barrier as nothing (one
-    work-item per loop iteration runs in order), so staged kernels run on the CPU."""
+    """Test-only: local memory as a C array of the work-item, read and written by its
+    name, and a barrier as nothing (one work-item per loop iteration runs in order), so
+    a staged kernel runs on the CPU."""
 
     def stmt_localmemory(self, stmt: ir.LocalMemory, depth: int) -> list[str]:
-        return self.line(
-            f"{self.storage_types[stmt.dtype]} b{stmt.name}[{self.index(stmt.size)}];", depth
-        )
+        storage = self.storage_types[stmt.dtype]
+        return self.line(f"{storage} {stmt.name}[{self.index(stmt.size)}];", depth)
 
     def stmt_barrier(self, stmt: ir.Barrier, depth: int) -> list[str]:
         return self.line("/* barrier */", depth)
+
+    def value_load(self, load: ir.Load) -> str:
+        if isinstance(load.param, str):
+            return self.from_storage(f"{load.param}[{self.index(load.index)}]", load.dtype)
+        return super().value_load(load)
+
+    def stmt_store(self, stmt: ir.Store, depth: int) -> list[str]:
+        if isinstance(stmt.param, str):
+            value = self.to_storage(self.value(stmt.value), stmt.dtype)
+            return self.line(f"{stmt.param}[{self.index(stmt.index)}] = {value};", depth)
+        return super().stmt_store(stmt, depth)
 
 
 def test_stage_local_reads_the_staged_tile() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,9 @@ import pytest
 
 import luminal as lm
 from luminal.backends.cpu import tuning
+from luminal.backends.cpu.codegen import kernel_source
 from luminal.cli import main as luminal_main
+from luminal.kernel import ir
 
 
 def build(rng: np.random.Generator) -> tuple[lm.Graph, lm.GraphTensor, np.ndarray]:
@@ -28,32 +31,39 @@ def build(rng: np.random.Generator) -> tuple[lm.Graph, lm.GraphTensor, np.ndarra
     return cx, y, np.exp(h64 * 0.5) + h64.sum(1, keepdims=True)
 
 
-def _inject(source: str, name: str, statement: str) -> str:
-    """`statement` as the first line of the kernel function `name`."""
-    head = source.index(f"void {name}(")
-    body = source.index("{\n", head) + 2
-    return source[:body] + f"    {statement}\n" + source[body:]
+def _calling(kernel: tuning.KernelSource, function: str, definition: str) -> tuning.KernelSource:
+    """`kernel` calling `function` (C in its prelude, as a custom kernel's) before its
+    loops: a candidate built through the IR, as every option is."""
+    k = kernel.kernel
+    body = (ir.Call(function, (0,)), *k.body)
+    return kernel_source(replace(k, prelude=k.prelude + definition, body=body))
+
+
+BAD_FUNCTIONS = {
+    "segfault": "{ volatile float* volatile p = 0; *p = 1.0f; (void)b0; }",
+    "hang": "{ for (volatile int spin = 1; spin;) {} (void)b0; }",
+}
 
 
 def bad_options(lowering, node_id, dims):  # noqa: ANN001, ANN201 - an option provider
     """Candidates a search must never pick: one skips the work (fast and wrong), one
     writes through a null pointer, one never returns."""
-    kernel = lowering.kernels.get(node_id)
-    if kernel is None or tuning.OMP_PRAGMA not in kernel.source:
+    if not tuning.has_parallel_loop(lowering.kernels.get(node_id)):
         return []
 
-    def variant(tag: str, statement: str) -> tuning.KernelOption:
+    def skip(lowering, node_id) -> None:  # noqa: ANN001
+        k = lowering.kernels[node_id]
+        lowering.kernels[node_id] = kernel_source(replace(k.kernel, body=()))
+
+    def variant(tag: str) -> tuning.KernelOption:
         def apply(lowering, node_id) -> None:  # noqa: ANN001
-            k = lowering.kernels[node_id]
-            lowering.kernels[node_id] = tuning.renamed(k, tag, _inject(k.source, k.name, statement))
+            function = f"lm_test_{tag}"
+            definition = f"static void {function}(void* b0) {BAD_FUNCTIONS[tag]}\n"
+            lowering.kernels[node_id] = _calling(lowering.kernels[node_id], function, definition)
 
         return tuning.KernelOption(tag, apply)
 
-    return [
-        variant("wrong", "return;"),
-        variant("segfault", "{ volatile float* volatile p = 0; *p = 1.0f; }"),
-        variant("hang", "for (volatile int spin = 1; spin;) {}"),
-    ]
+    return [tuning.KernelOption("wrong", skip), variant("segfault"), variant("hang")]
 
 
 @pytest.fixture
@@ -96,16 +106,18 @@ def test_wrong_crashing_and_hanging_candidates_are_discarded(rng, search_cache, 
 
 def slow_options(lowering, node_id, dims):  # noqa: ANN001, ANN201 - an option provider
     """Valid but slow candidates (each run sleeps), more than a small budget can try."""
-    kernel = lowering.kernels.get(node_id)
-    if kernel is None or tuning.OMP_PRAGMA not in kernel.source:
+    if not tuning.has_parallel_loop(lowering.kernels.get(node_id)):
         return []
 
     def variant(index: int) -> tuning.KernelOption:
         def apply(lowering, node_id) -> None:  # noqa: ANN001
-            k = lowering.kernels[node_id]
-            statement = f"{{ struct timespec t = {{0, 200000000 + {index}}}; nanosleep(&t, 0); }}"
-            source = "#include <time.h>\n" + _inject(k.source, k.name, statement)
-            lowering.kernels[node_id] = tuning.renamed(k, f"slow{index}", source)
+            function = f"lm_test_sleep{index}"
+            definition = (
+                "#include <time.h>\n"
+                f"static void {function}(void* b0) {{ (void)b0; "
+                f"struct timespec t = {{0, 200000000 + {index}}}; nanosleep(&t, 0); }}\n"
+            )
+            lowering.kernels[node_id] = _calling(lowering.kernels[node_id], function, definition)
 
         return tuning.KernelOption(f"slow{index}", apply)
 
@@ -167,6 +179,11 @@ def test_search_report_prints_what_was_tried(rng, search_cache, capsys) -> None:
     assert compiler.search_record.key in text
     assert "static" in text and "tried:" in text
     assert "unreadable entry" in text
+    record = compiler.search_record
+    configurations = int(np.prod([len(options) for options in record.sites.values()]))
+    assert f"search space: {len(record.sites)} sites, {configurations} configurations" in text
+    for site, options in record.sites.items():  # the space per kernel (and program region)
+        assert f"    {site}: {len(options)} options" in text
 
 
 def test_bad_modes_are_rejected() -> None:

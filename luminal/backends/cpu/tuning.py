@@ -2,9 +2,11 @@
 
 A *site* is a materialised node whose kernel has alternatives; an *option* rewrites that
 node's kernel in a `Lowering` (and may absorb a neighbour: a matmul that computes its
-bias/activation consumer in the same kernel). Options come from `OPTION_PROVIDERS`, a
-list a test (or a user) may extend; whatever an option produces is compiled, measured
-and checked against the reference runtime before it can be chosen.
+bias/activation consumer in the same kernel). Loop knobs are transformations of the
+kernel's IR (`luminal.kernel.transforms`), re-rendered; no option edits generated text.
+Options come from `OPTION_PROVIDERS`, a list a test (or a user) may extend; whatever an
+option produces is compiled, measured and checked against the reference runtime before
+it can be chosen.
 """
 
 from __future__ import annotations
@@ -16,16 +18,18 @@ from dataclasses import dataclass
 
 from luminal import ops
 from luminal.backends.cpu import toolchain
-from luminal.backends.cpu.codegen import KernelSource
+from luminal.backends.cpu.codegen import RENDERER, KernelSource, kernel_source
 from luminal.backends.cpu.lowering import Lowering, assemble, lower_kernels
 from luminal.backends.cpu.runtime import CompiledGraph
 from luminal.errors import CompileError, LuminalError
 from luminal.graph import Graph
+from luminal.kernel import ir
+from luminal.kernel.transforms import IllegalTransform, Opt, apply_opts, opts_name, walk
 from luminal.search.driver import shared_inputs, without_inputs
 from luminal.search.programs import ProgramAlternatives
 from luminal.search.strategy import Config, Prepared, Site
 
-SPACE_VERSION = "3"  # bump when options change meaning, so cached choices are re-searched
+SPACE_VERSION = "4"  # bump when options change meaning, so cached choices are re-searched
 STATIC = "static"
 INAPPLICABLE = "inapplicable"
 MIN_SITE_SHARE = 0.02  # sites below this share of the estimated work are not searched
@@ -45,53 +49,80 @@ class KernelOption:
 OptionProvider = Callable[[Lowering, int, dict[str, int]], list[KernelOption]]
 
 
-def renamed(kernel: KernelSource, tag: str, source: str) -> KernelSource:
-    """A variant of `kernel` with its own symbol name (variants link side by side)."""
-    name = f"{kernel.name}_{tag}"
-    source = source.replace(kernel.name, name)
-    return KernelSource(name, source, kernel.buffers, kernel.nodes, kernel.scratch)
-
-
 # --------------------------------------------------------------------------- loop knobs
-OMP_PRAGMA = "#pragma omp parallel for if("
-VECTOR_512 = '__attribute__((target("prefer-vector-width=512"))) '
+# today's knobs of a generated loop nest (which loops run on threads, the vector width)
+# and, where cheap and legal, unrolling an innermost loop: each option is a list of IR
+# transformations (`luminal.kernel.transforms`) applied to the kernel and re-rendered
+LOOP_KNOBS: tuple[tuple[Opt, ...], ...] = (
+    (Opt("serial"),),
+    (Opt("parallel"),),
+    (Opt("vector_width", None, 512),),
+    (Opt("vector_width", None, 512), Opt("serial")),
+    (Opt("vector_width", None, 512), Opt("parallel")),
+)
+UNROLL_FACTORS = (4, 8)
+MIN_UNROLLED_EXTENT = 16  # shorter loops gcc unrolls by itself
 
 
-def _loop_variant(tag: str, serial: bool, parallel: bool, wide: bool) -> KernelOption:
+def transformed(kernel: KernelSource, opts: Sequence[Opt]) -> KernelSource:
+    """`kernel` with `opts` applied to its IR, rendered again (a new source, so a new
+    symbol: variants link side by side)."""
+    if kernel.kernel is None:
+        raise CompileError(f"kernel {kernel.name} has no IR to transform ({opts_name(opts)})")
+    return kernel_source(apply_opts(kernel.kernel, opts), RENDERER)
+
+
+def transform_option(opts: Sequence[Opt]) -> KernelOption:
+    """A site option applying `opts` to the site's kernel."""
+
     def apply(lowering: Lowering, node_id: int) -> None:
-        kernel = lowering.kernels[node_id]
-        lines = []
-        for line in kernel.source.splitlines():
-            if OMP_PRAGMA in line:
-                if serial:
-                    continue
-                if parallel:
-                    line = line[: line.index(OMP_PRAGMA)] + "#pragma omp parallel for"
-            lines.append(line)
-        source = "\n".join(lines) + "\n"
-        if wide:
-            source = source.replace(f"void {kernel.name}(", f"{VECTOR_512}void {kernel.name}(")
-        lowering.kernels[node_id] = renamed(kernel, tag, source)
+        lowering.kernels[node_id] = transformed(lowering.kernels[node_id], opts)
 
-    return KernelOption(tag, apply)
+    return KernelOption(opts_name(opts), apply)
 
 
-LOOP_VARIANTS = [
-    _loop_variant("serial", serial=True, parallel=False, wide=False),
-    _loop_variant("parallel", serial=False, parallel=True, wide=False),
-    _loop_variant("vec512", serial=False, parallel=False, wide=True),
-    _loop_variant("vec512_serial", serial=True, parallel=False, wide=True),
-    _loop_variant("vec512_parallel", serial=False, parallel=True, wide=True),
-]
+def has_parallel_loop(kernel: KernelSource | None) -> bool:
+    """Whether the kernel is IR with a loop on threads (the loop knobs apply)."""
+    if kernel is None or kernel.kernel is None:
+        return False
+    return any(isinstance(x, ir.Loop) and x.kind == "parallel" for x in walk(kernel.kernel.body))
+
+
+def _unroll_knobs(kernel: ir.Kernel) -> list[tuple[Opt, ...]]:
+    """Unrolling the first innermost serial or reduce loop with a long known extent, by
+    each factor that divides it and is legal."""
+    innermost = [
+        x
+        for x in walk(kernel.body)
+        if isinstance(x, ir.Loop)
+        and x.kind in ("serial", "reduce")
+        and not any(isinstance(y, ir.Loop) for y in walk(x.body))
+        and (x.extent.as_int() or 0) >= MIN_UNROLLED_EXTENT
+    ]
+    if not innermost:
+        return []
+    loop = innermost[0]
+    same = [x for x in walk(kernel.body) if isinstance(x, ir.Loop) and x.var == loop.var]
+    axis = loop.var if len(same) == 1 else f"{loop.var}@{same.index(loop)}"
+    knobs = []
+    for factor in UNROLL_FACTORS:
+        opts = (Opt("unroll", axis, factor),)
+        try:
+            apply_opts(kernel, opts)
+        except IllegalTransform:
+            continue
+        knobs.append(opts)
+    return knobs
 
 
 def loop_options(lowering: Lowering, node_id: int, dims: dict[str, int]) -> list[KernelOption]:
-    """Generated loop nests: which loop runs in parallel (none, always, above a size),
-    and 256- or 512-bit vectors."""
+    """Generated loop nests: which loops run on threads (none, always, above a size),
+    256- or 512-bit vectors, and an unrolled innermost loop."""
     kernel = lowering.kernels.get(node_id)
-    if kernel is None or OMP_PRAGMA not in kernel.source:
+    if not has_parallel_loop(kernel):
         return []
-    return list(LOOP_VARIANTS)
+    knobs = [*LOOP_KNOBS, *_unroll_knobs(kernel.kernel)]
+    return [transform_option(opts) for opts in knobs]
 
 
 def _matmul_options(lowering: Lowering, node_id: int, dims: dict[str, int]) -> list[KernelOption]:
