@@ -19,7 +19,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 import luminal as lm
 import luminal.distributed as dist
 from luminal.errors import DistributedError, LuminalError, ShapeError
-from luminal.models import Llama, Phi3, generate
+from luminal.models import Gemma, Llama, Mistral, Phi3, Qwen2, generate
 from luminal.models.tensor_parallel import tensor_parallel_model
 from tests.distributed import launch, workloads
 from tests.models.conftest import hf_greedy_continuation
@@ -201,3 +201,37 @@ def test_llama_generate_example_tensor_parallel() -> None:
     assert job.returncode == 0, job.stdout + job.stderr
     assert job.stdout.count("Tensor parallel over 2 ranks (mpi)") == 1, job.stdout
     assert "Check: one process (reference runtime) gives the same tokens" in job.stdout
+
+
+@pytest.mark.parametrize(
+    ("cls", "extra"),
+    [
+        (Mistral, {"sliding_window": 4}),
+        (Qwen2, {}),
+        (Gemma, {"head_dim": 16, "hidden_act": "gelu_pytorch_tanh"}),
+    ],
+    ids=["mistral", "qwen2", "gemma"],
+)
+def test_other_decoders_split_like_one_process(cls: type, extra: dict, prompt) -> None:
+    """Mistral's sliding window, Qwen2's q/k/v biases, Gemma's scaled embedding and tied
+    head: 2 ranks give the logits of one process (tested against transformers in
+    tests/models) and its greedy tokens."""
+    config = {**workloads.TP_LLAMA, **extra}
+    with workloads._SEEDING:
+        lm.nn.manual_seed(0)
+        whole = cls(lm.Graph(), config)
+    state = whole.state_dict()
+    if cls is Qwen2:  # non-zero biases, so that cutting them is checked
+        for name in state:
+            if name.endswith("bias"):
+                state[name] = np.random.default_rng(1).normal(size=state[name].shape)
+        whole.load_state_dict(state)
+    oracle = decode(whole, prompt)
+
+    def body() -> tuple[np.ndarray, np.ndarray]:
+        model = tensor_parallel_model(cls, lm.Graph(), config)
+        model.load_state_dict(state)
+        return decode(model, prompt)
+
+    for tokens, logits in dist.run_local(body, 2):
+        assert_matches(tokens, logits, oracle)
