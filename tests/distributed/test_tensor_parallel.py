@@ -60,15 +60,28 @@ def assert_matches(tokens: np.ndarray, logits: np.ndarray, oracle: tuple) -> Non
     np.testing.assert_allclose(logits, oracle[1], rtol=0, atol=ATOL)
 
 
-def test_mpi_tensor_parallel_llama_matches_transformers(tmp_path: Path, prompt) -> None:
-    """2 MPI ranks, compiled for the CPU, each reading its shard of a save_pretrained
-    folder: transformers' tokens and logits, the same bits on both ranks, a KV cache of
-    one of the two key/value heads."""
+@pytest.fixture(scope="module")
+def saved_llama(tmp_path_factory: pytest.TempPathFactory, prompt) -> tuple[Path, tuple]:
+    """A save_pretrained folder of the test Llama with the prompt, and transformers'
+    greedy continuation of it."""
     hf = hf_llama()
-    oracle = hf_greedy_continuation(hf, prompt, workloads.TP_NEW_TOKENS)
-    hf.save_pretrained(tmp_path / "model")
+    folder = tmp_path_factory.mktemp("tp_llama")
+    hf.save_pretrained(folder / "model")
+    np.save(folder / "prompt.npy", prompt)
+    return folder, hf_greedy_continuation(hf, prompt, workloads.TP_NEW_TOKENS)
+
+
+@pytest.mark.parametrize("launcher", ["mpiexec", "torchrun"])
+def test_launched_tensor_parallel_llama_matches_transformers(
+    launcher: str, saved_llama: tuple, tmp_path: Path, prompt
+) -> None:
+    """2 ranks (MPI, or gloo under torchrun), compiled for the CPU, each reading its
+    shard of a save_pretrained folder: transformers' tokens and logits, the same bits
+    on both ranks, a KV cache of one of the two key/value heads."""
+    folder, oracle = saved_llama
+    (tmp_path / "model").symlink_to(folder / "model")
     np.save(tmp_path / "prompt.npy", prompt)
-    job = launch.mpiexec("tensor_parallel", tmp_path, JOB_TIMEOUT)
+    job = getattr(launch, launcher)("tensor_parallel", tmp_path, JOB_TIMEOUT)
     assert job.returncode == 0, job.stdout + job.stderr
     first, second = launch.results(tmp_path)
     assert_matches(first["tokens"], first["logits"], oracle)
