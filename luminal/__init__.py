@@ -31,6 +31,18 @@ def __getattr__(name: str) -> object:
         from luminal.backends.cpu.compiler import CPUCompiler
 
         return CPUCompiler
+    if name == "OpenCLCompiler":
+        from luminal.backends.opencl.compiler import OpenCLCompiler
+
+        return OpenCLCompiler
+    if name == "CUDACompiler":
+        from luminal.backends.cuda.compiler import CUDACompiler
+
+        return CUDACompiler
+    if name == "MetalCompiler":
+        from luminal.backends.metal.compiler import MetalCompiler
+
+        return MetalCompiler
     if name == "models":  # lm.models.Bert / lm.models.Llama without an explicit import
         import luminal.models
 
@@ -52,6 +64,7 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "CPUCompiler",
+    "CUDACompiler",
     "CompileError",
     "DType",
     "DTypeError",
@@ -62,6 +75,8 @@ __all__ = [
     "GraphError",
     "GraphTensor",
     "LuminalError",
+    "MetalCompiler",
+    "OpenCLCompiler",
     "Looped",
     "ShapeError",
     "Timed",

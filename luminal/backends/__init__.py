@@ -20,7 +20,12 @@ from luminal.dtype import DType
 from luminal.errors import CompileError
 
 # name -> module defining `BACKEND`; a new backend adds its row here
-BACKENDS: dict[str, str] = {"cpu": "luminal.backends.cpu.backend"}
+BACKENDS: dict[str, str] = {
+    "cpu": "luminal.backends.cpu.backend",
+    "opencl": "luminal.backends.opencl.backend",
+    "cuda": "luminal.backends.cuda.backend",
+    "metal": "luminal.backends.metal.backend",
+}
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,231 @@
+"""GPU lowering: a kernel of the IR as launches of work-items, shared by every GPU backend.
+
+A CPU kernel's outer loop nest runs output elements (or rows) on threads; on a GPU each
+iteration of that nest is a work-item. `to_gpu` finds, at the top of a kernel, the
+perfectly nested loops under a `parallel` loop (the independent iterations over the
+output) and turns them into `gpu_global` loops, at most three: the innermost is axis 0
+(x, consecutive work-items touch consecutive elements), the next axis 1, and all outer
+ones merge into axis 2 (their indices decoded from it). Serial and reduce loops inside
+stay in the work-item. A kernel whose top level is several loop nests (a scatter: copy
+the base in parallel, then add the update rows in order) becomes one launch per nest; a
+nest with no parallel loop runs in one work-item, so its order is kept. The geometry is
+data (`Launch.global_size` in work-items per axis, `Launch.local_size`), so the OpenCL,
+CUDA and Metal runtimes launch the same thing.
+
+How a renderer writes a `gpu_global` loop: `const <index> var = <global id on its axis>;
+if (var < extent) { body }` (no loop: the runtime rounds the global size up to a multiple
+of the local size).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from luminal import ops
+from luminal.custom import CustomKernel
+from luminal.errors import CompileError
+from luminal.graph import Graph, Node
+from luminal.kernel import ir
+from luminal.kernel.indexing import dims_of, loop_index
+from luminal.kernel.lower import (
+    NotRowLocal,
+    elementwise_kernel,
+    gather_kernel,
+    reduce_kernel,
+    row_kernel,
+    scatter_kernel,
+)
+from luminal.schedule.fusion import plan_fusion
+from luminal.shape.expr import ONE, Expr, product
+
+MAX_AXES = 3
+GROUP = 64  # work-items per work-group (the product over axes), a multiple of warp sizes
+WORK_ITEM_KINDS = ("parallel", "gpu_global")
+NESTED_KINDS = ("parallel", "serial", "gpu_global")
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel launch: `kernel` (with `gpu_global` loops at the top of its body, or
+    none: a single work-item), its work-items per axis (axis 0 first; expressions of the
+    dims) and its work-group size per axis."""
+
+    kernel: ir.Kernel
+    global_size: tuple[Expr, ...]
+    local_size: tuple[int, ...]
+
+    @property
+    def buffers(self) -> tuple[int, ...]:
+        """Node ids bound to the kernel's buffer parameters, output first."""
+        return tuple(p.node for p in self.kernel.params)
+
+    @property
+    def faults(self) -> bool:
+        return self.kernel.reports_faults
+
+
+@dataclass(frozen=True)
+class HostStep:
+    """A Python `Function` node, run on the host between launches."""
+
+    node: int
+
+
+@dataclass
+class GpuProgram:
+    """What a GPU backend runs: launches and host steps in order, over the buffers of
+    `buffer_nodes` (inputs first); `steps_io` are (written node, read nodes) per step, for
+    the memory plan; `dims` the graph's symbolic dims."""
+
+    steps: list[Launch | HostStep]
+    inputs: list[int]
+    buffer_nodes: list[int]
+    dims: list[str]
+    steps_io: list[tuple[int, list[int]]]
+
+    @property
+    def launches(self) -> list[Launch]:
+        return [s for s in self.steps if isinstance(s, Launch)]
+
+
+# a backend's own kernel for a node (CUDA: a tensor-core matmul), or None for the default
+Special = Callable[[Graph, Node, set[int], list[str]], "ir.Kernel | Launch | None"]
+
+
+def lower_gpu(graph: Graph, special: Special | None = None) -> GpuProgram:
+    """The launches of a graph after the e-graph: the schedule's kernels (contractions as
+    loop kernels: no BLAS on a GPU), each as GPU launches; Python functions as host steps."""
+    plan = plan_fusion(graph)
+    materialised = set(plan.materialised) | set(plan.inputs)
+    dims = dims_of(graph)
+    kernels: dict[int, ir.Kernel | Launch] = {}
+    for head, absorbed in plan.row_groups.items():
+        try:
+            kernels[head] = row_kernel(graph, graph.nodes[head], absorbed, materialised, dims)
+        except NotRowLocal:
+            continue
+        materialised -= set(absorbed)
+    order = [n for n in plan.materialised if n in materialised]
+    steps: list[Launch | HostStep] = []
+    steps_io: list[tuple[int, list[int]]] = []
+    for node_id in order:
+        node = graph.nodes[node_id]
+        if isinstance(node.op, ops.Function):
+            steps.append(HostStep(node_id))
+            steps_io.append((node_id, [e.source for e in node.inputs]))
+            continue
+        chosen = kernels.get(node_id)
+        if chosen is None and special is not None:
+            chosen = special(graph, node, materialised, dims)
+        if chosen is None:
+            chosen = _node_kernel(graph, node, materialised, dims)
+        launches = [chosen] if isinstance(chosen, Launch) else to_gpu(chosen)
+        for launch in launches:
+            steps.append(launch)
+            steps_io.append((node_id, list(launch.buffers[1:])))
+    inputs = list(plan.inputs)
+    return GpuProgram(steps, inputs, inputs + order, dims, steps_io)
+
+
+def _node_kernel(graph: Graph, node: Node, materialised: set[int], dims: list[str]) -> ir.Kernel:
+    op = node.op
+    if isinstance(op, CustomKernel):
+        raise CompileError(
+            f"{op.name} (node {node.id}): a custom C kernel runs on the CPU backend only; "
+            "GPU backends have no custom kernel hook yet"
+        )
+    if isinstance(op, ops.Contract | ops.SumReduce | ops.MaxReduce):
+        return reduce_kernel(graph, node, materialised, dims)
+    if isinstance(op, ops.Gather):
+        return gather_kernel(graph, node, materialised, dims)
+    if isinstance(op, ops.Scatter):
+        return scatter_kernel(graph, node, materialised, dims)
+    return elementwise_kernel(graph, node, materialised, dims)
+
+
+def to_gpu(kernel: ir.Kernel) -> list[Launch]:
+    """The launches that compute `kernel` on a GPU (see the module docstring)."""
+    body = kernel.body
+    if len(body) > 1 and all(isinstance(s, ir.Loop) for s in body):
+        parts = [(s,) for s in body]  # independent nests in order: one launch each
+    else:
+        parts = [body]
+    return [_launch(replace(kernel, body=part)) for part in parts]
+
+
+def _launch(kernel: ir.Kernel) -> Launch:
+    chain = _work_item_chain(kernel.body)
+    if not chain:
+        return Launch(kernel, (ONE,), (1,))
+    innermost_body = chain[-1].body
+    loops = [(loop.var, loop.extent) for loop in chain]
+    body, axes = _gpu_loops(loops, innermost_body)
+    extents = tuple(extent for _, extent in axes)
+    return Launch(replace(kernel, body=body), extents, _local_size(extents))
+
+
+def _work_item_chain(body: tuple[ir.Stmt, ...]) -> list[ir.Loop]:
+    """The loops whose iterations are independent: a top-level parallel loop and the
+    loops perfectly nested in it (each the only statement of its parent's body)."""
+    if len(body) != 1 or not isinstance(body[0], ir.Loop):
+        return []
+    loop = body[0]
+    if loop.kind not in WORK_ITEM_KINDS:
+        return []
+    chain = [loop]
+    while (
+        len(loop.body) == 1
+        and isinstance(loop.body[0], ir.Loop)
+        and loop.body[0].kind in NESTED_KINDS
+    ):
+        loop = loop.body[0]
+        chain.append(loop)
+    return chain
+
+
+def _gpu_loops(
+    loops: list[tuple[str, Expr]], body: tuple[ir.Stmt, ...]
+) -> tuple[tuple[ir.Stmt, ...], list[tuple[str, Expr]]]:
+    """Nested `gpu_global` loops over `loops` (outermost first), merging the outer ones
+    into one axis when there are more than `MAX_AXES`; returns the body and the axes in
+    axis order (axis 0 = innermost)."""
+    if len(loops) > MAX_AXES:
+        merged = loops[: len(loops) - MAX_AXES + 1]
+        flat_name = "gz_"
+        flat_extent = product(extent for _, extent in merged)
+        flat = loop_index(flat_name, flat_extent)
+        decode: list[ir.Stmt] = []
+        stride: Expr = ONE
+        for name, extent in reversed(merged):
+            value = (flat // stride) % extent
+            decode.insert(0, ir.Declare(name, ir.INDEX, ir.IndexValue(value, ir.INDEX), True))
+            stride = stride * extent
+        body = (*decode, *body)
+        loops = [(flat_name, flat_extent), *loops[len(merged) :]]
+    for name, extent in reversed(loops):
+        body = (ir.Loop(name, extent, "gpu_global", body),)
+    return body, list(reversed(loops))
+
+
+def _local_size(extents: tuple[Expr, ...]) -> tuple[int, ...]:
+    """Work-group sizes per axis, `GROUP` work-items in all at most: axis 0 takes what it
+    can use (a power of two up to its extent), the next axes the rest."""
+    sizes = []
+    left = GROUP
+    for extent in extents:
+        known = extent.as_int()
+        size = left if known is None else min(left, _next_power_of_two(max(known, 1)))
+        sizes.append(size)
+        left = max(left // size, 1)
+    return tuple(sizes)
+
+
+def _next_power_of_two(n: int) -> int:
+    return 1 << (n - 1).bit_length()
+
+
+def rounded_global(global_size: tuple[int, ...], local_size: tuple[int, ...]) -> tuple[int, ...]:
+    """Work-items per axis rounded up to whole work-groups (OpenCL's global size; a CUDA
+    grid is this divided by the local size)."""
+    return tuple(-(-g // l) * l for g, l in zip(global_size, local_size, strict=True))

@@ -1,0 +1,189 @@
+"""`lm.OpenCLCompiler` against the reference runtime and numpy, on PoCL in CI: random
+graphs, matmuls, softmax and layer norm, dtypes, symbolic dims, gathers and scatters with
+bad indices, Python functions, data kept on the device, an MLP forward."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+
+import luminal as lm
+from luminal import ops
+from luminal.backends.gpu_runtime import GpuCompiledGraph
+from luminal.backends.opencl.compiler import OpenCLCompiler
+from tests.compiler.strategies import GraphCase, assert_compiler_preserves, random_graphs
+from tests.conftest import uniform
+
+
+def reference_outputs(cx: lm.Graph, outs: list[lm.GraphTensor]) -> list[np.ndarray]:
+    cx.execute()
+    return [o.numpy() for o in outs]
+
+
+def check(cx: lm.Graph, outs: list[lm.GraphTensor], rtol: float = 1e-5, atol: float = 1e-6):
+    expected = reference_outputs(cx, outs)
+    compiled = cx.compile(OpenCLCompiler())
+    assert isinstance(compiled, GpuCompiledGraph)
+    cx.execute()
+    for out, want in zip(outs, expected, strict=True):
+        got = out.numpy()
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, equal_nan=True)
+    return compiled
+
+
+@settings(max_examples=8)  # one program build per example (~0.5 s on PoCL)
+@given(random_graphs())
+def test_random_graphs_match_the_reference(case: GraphCase):
+    assert_compiler_preserves(case, lambda g: g.compile(OpenCLCompiler(verify=False)))
+
+
+def test_matmuls_softmax_layer_norm_and_a_fused_chain(rng):
+    cx = lm.Graph()
+    x = cx.tensor(("rows", 33)).set(uniform(rng, (17, 33)) * 10)
+    w = cx.tensor((33, 20)).set(uniform(rng, (33, 20)))
+    batched = cx.tensor((3, 20, 7)).set(uniform(rng, (3, 20, 7)))
+    outs = [
+        x.softmax(-1).retrieve(),
+        x.layer_norm(-1).retrieve(),
+        (x * x.sigmoid() * (x + 1)).retrieve(),
+        (x @ w).relu().retrieve(),
+        (x[:3] @ w @ batched).retrieve(),
+        x.sum(0).retrieve(),
+        x.max(-1).retrieve(),
+    ]
+    check(cx, outs, rtol=1e-5, atol=1e-5)
+    smaller = uniform(rng, (5, 33))
+    x.set(smaller)  # a new size for the symbolic dim: a new plan, no recompilation
+    cx.execute()
+    e = np.exp(smaller - smaller.max(-1, keepdims=True))
+    np.testing.assert_allclose(outs[0].numpy(), e / e.sum(-1, keepdims=True), rtol=1e-5)
+    np.testing.assert_allclose(outs[3].numpy(), np.maximum(smaller @ w.numpy(), 0), rtol=1e-4)
+
+
+def test_special_values_and_dtypes(rng):
+    data = np.array(
+        [[-np.inf, np.inf, np.nan, 0.0, -0.0], [1e-38, -1e-38, 3e38, -3e38, 1.0]], np.float32
+    )
+    cx = lm.Graph()
+    x = cx.tensor((2, 5)).set(data)
+    h = cx.tensor((4, 6), dtype=lm.float16).set(uniform(rng, (4, 6)).astype(np.float16))
+    b = cx.tensor((4, 6), dtype=lm.bfloat16).set(uniform(rng, (4, 6)))
+    i = cx.tensor((4, 6), dtype=lm.int32).set(rng.integers(-5, 5, (4, 6)).astype(np.int32))
+    outs = [
+        x.max(-1).retrieve(),
+        x.exp2().retrieve(),
+        x.abs().log2().retrieve(),
+        x.relu().retrieve(),
+        x.lt(0.0).retrieve(),
+        (h * 2 + 1).exp().retrieve(),
+        (b * 3 - 1).retrieve(),
+        (i * 3 + 1).retrieve(),
+        (i % 3).retrieve(),
+        h.cast(lm.float32).sum(0).retrieve(),
+        (h.cast(lm.float32) + i).retrieve(),
+        (x > 0).retrieve(),
+    ]
+    expected = reference_outputs(cx, outs)
+    cx.compile(OpenCLCompiler())
+    cx.execute()
+    for out, want in zip(outs, expected, strict=True):
+        got = out.numpy()
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(np.isnan(got.astype(np.float32)), np.isnan(want))
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3, equal_nan=True)
+
+
+def test_gather_scatter_and_bad_indices(rng):
+    cx = lm.Graph()
+    table = cx.tensor((10, 4)).set(uniform(rng, (10, 4)))
+    ids = cx.tensor(("n",), dtype=lm.int32).set(np.array([1, 9, 0, 1], np.int32))
+    updates = cx.tensor(("n", 4)).set(uniform(rng, (4, 4)))
+    gathered = (table.gather(ids) * 2).retrieve()
+    scattered = cx.add_node(ops.Scatter(), [table, ids, updates.exp()]).retrieve()
+    check(cx, [gathered, scattered])
+    ids.set(np.array([0, 9, 0], np.int32))  # repeated rows accumulate in order
+    updates.set(uniform(rng, (3, 4)))
+    cx.execute()
+    expected = table.numpy().copy()
+    np.add.at(expected, [0, 9, 0], np.exp(cx.input_data[updates.node_id]))
+    np.testing.assert_allclose(scattered.numpy(), expected, rtol=1e-6)
+    ids.set(np.array([3, 10], np.int32))
+    updates.set(uniform(rng, (2, 4)))
+    with pytest.raises(lm.ExecutionError, match=r"index 10 is out of range .* 10 rows"):
+        cx.execute()
+    ids.set(np.array([3, 2], np.int32))  # the fault record was cleared: runs again
+    cx.execute()
+    np.testing.assert_allclose(gathered.numpy(), table.numpy()[[3, 2]] * 2, rtol=1e-6)
+
+
+def test_python_function_between_launches(rng):
+    cx = lm.Graph()
+    x = cx.tensor((3, 4)).set(uniform(rng, (3, 4)))
+    doubled = cx.add_node(ops.Function("double", lambda a: a * 2), [x.exp()], (3, 4))
+    out = (doubled + 1).sum(-1).retrieve()
+    check(cx, [out])
+
+
+def test_data_stays_on_the_device_and_set_uploads(rng, monkeypatch):
+    """Weights cross once; an input crosses again only when set again."""
+    cx = lm.Graph()
+    x = cx.tensor((4, 8)).set(uniform(rng, (4, 8)))
+    w = cx.tensor((8, 8)).set(uniform(rng, (8, 8)))
+    out = (x @ w).retrieve()
+    compiled = cx.compile(OpenCLCompiler())
+    uploads: list[int] = []
+    original = compiled.device.upload
+    monkeypatch.setattr(
+        compiled.device, "upload", lambda buf, a: (uploads.append(a.size), original(buf, a))
+    )
+    cx.execute()
+    assert sorted(uploads) == [32, 64]  # the first run after compiling: both inputs
+    uploads.clear()
+    cx.execute()
+    assert uploads == []
+    new = uniform(rng, (4, 8))
+    x.set(new)
+    cx.execute()
+    assert uploads == [32]
+    np.testing.assert_allclose(out.numpy(), new @ w.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_mlp_forward_matches_numpy(rng):
+    cx = lm.Graph()
+    model = [lm.nn.Linear(cx, 16, 32), lm.nn.Linear(cx, 32, 10)]
+    x = cx.tensor(("batch", 16)).set(uniform(rng, (5, 16)))
+    out = model[1](model[0](x).relu()).softmax(-1).retrieve()
+    cx.compile(OpenCLCompiler())
+    cx.execute()
+    h = np.asarray(cx.input_data[x.node_id])
+    for layer in model:
+        weights = layer.state_dict()
+        h = h @ weights["weight"].T + weights["bias"]
+        h = np.maximum(h, 0) if layer is model[0] else h
+    e = np.exp(h - h.max(-1, keepdims=True))
+    np.testing.assert_allclose(out.numpy(), e / e.sum(-1, keepdims=True), rtol=1e-4, atol=1e-6)
+
+
+def test_render_and_build_need_no_compile_and_leave_the_graph_alone(rng):
+    cx = lm.Graph()
+    x = cx.tensor(("n", 8)).set(uniform(rng, (3, 8)))
+    (x.exp() @ cx.tensor((8, 4)).set(uniform(rng, (8, 4)))).retrieve()
+    nodes = cx.num_nodes
+    source = OpenCLCompiler().render(cx)
+    assert source.count("__kernel void") >= 2 and "get_global_id" in source
+    assert "const long dim_n" in source
+    program = OpenCLCompiler().build(cx)
+    assert len(program.kernel_names.split(";")) == source.count("__kernel void")
+    assert cx.num_nodes == nodes and cx.compiled is None
+
+
+def test_no_device_is_a_compile_error_naming_what_is_missing(monkeypatch):
+    cx = lm.Graph()
+    (cx.tensor((2,)).set(np.ones(2, np.float32)) + 1).retrieve()
+    monkeypatch.setenv("LUMINAL_OPENCL_DEVICE", "no-such-device")
+    with pytest.raises(lm.CompileError, match="no OpenCL device matches 'no-such-device'"):
+        cx.compile(lm.OpenCLCompiler())
+    assert cx.compiled is None
+    cx.execute()  # the graph still runs on the reference runtime
