@@ -181,7 +181,9 @@ class ParallelDecoderLayer(DecoderLayer):
     """`DecoderLayer` whose attention and MLP outputs are partial sums (row-parallel
     o_proj and down_proj): each is all-reduced before the residual add."""
 
-    def __init__(self, layer: DecoderLayer, names: tuple, communicator: Communicator) -> None:
+    def __init__(
+        self, layer: DecoderLayer, names: tuple[str, str, str, str], communicator: Communicator
+    ) -> None:
         super().__init__(layer.graph, *layer.parts, names=names)
         object.__setattr__(self, "communicator", communicator)
 
@@ -361,8 +363,8 @@ class StoredTensor:
         else:
             stored = np.memmap(self.path, self.storage, "r", self.offset, self.shape)
             part = stored[index]
-        wanted = self.dtype if self.dtype is not None and is_floating(self.storage) else None
-        return np.array(part, dtype=wanted or self.storage)
+        floating = self.dtype is not None and is_floating(self.storage)
+        return np.array(part, dtype=self.dtype if floating else self.storage)
 
 
 class StoredCheckpoint(Mapping[str, StoredTensor]):

@@ -248,3 +248,18 @@ def test_other_decoders_split_like_one_process(cls: type, extra: dict, prompt) -
 
     for tokens, logits in dist.run_local(body, 2):
         assert_matches(tokens, logits, oracle)
+
+
+def test_bfloat16_checkpoint_shards_are_read_as_float32(tmp_path: Path) -> None:
+    hf = hf_llama().to(torch.bfloat16)
+    hf.save_pretrained(tmp_path)
+    name = "model.layers.0.mlp.down_proj.weight"
+    full = hf.state_dict()[name].float().numpy()
+
+    def body() -> np.ndarray:
+        model = lm.models.from_pretrained(tmp_path, lm.Graph(), tensor_parallel=True)
+        return model.state_dict()[name]
+
+    shards = dist.run_local(body, 2)
+    assert all(shard.dtype == np.float32 for shard in shards)
+    np.testing.assert_array_equal(np.concatenate(shards, axis=1), full)
