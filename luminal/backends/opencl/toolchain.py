@@ -28,8 +28,9 @@ from luminal.errors import CompileError
 
 PROGRAMS = "opencl-programs"
 CACHE_FORMAT = "1"
-# denormals and signed zeros keep their meaning, as on the CPU backend (no fast math)
-BUILD_OPTIONS = ("-cl-std=CL1.2",)
+# no fast math: denormals and signed zeros keep their meaning, as on the CPU backend;
+# -w: the driver's remarks on generated code are noise to a user
+BUILD_OPTIONS = ("-cl-std=CL1.2", "-w")
 DEVICE_VARIABLE = "LUMINAL_OPENCL_DEVICE"
 INSTALL_HINT = (
     "pip install 'luminal[opencl]' (pyopencl with PoCL, a CPU OpenCL driver), or a vendor "
