@@ -175,7 +175,7 @@ class CRenderer:
         return self.line(f"{stmt.name} = {self.value(stmt.value)};", depth)
 
     def stmt_store(self, stmt: ir.Store, depth: int) -> list[str]:
-        target = f"b{stmt.param}[{self.index(stmt.index)}]"
+        target = f"{self.buffer(stmt.param)}[{self.index(stmt.index)}]"
         value = self.to_storage(self.value(stmt.value), stmt.dtype)
         return self.line(f"{target} = {value};", depth)
 
@@ -230,6 +230,38 @@ class CRenderer:
             lines += self.line(f"const {self.index_type} numel[] = {{{counts}}};", depth)
             args.append("numel")
         return lines + self.line(f"{stmt.function}({', '.join(args)});", depth)
+
+    def stmt_librarycall(self, stmt: ir.LibraryCall, depth: int) -> list[str]:
+        call = f"{stmt.function}({', '.join(self.argument(a) for a in stmt.args)})"
+        if not stmt.reports_alloc:
+            return self.line(f"{call};", depth)
+        return [
+            *self.line(f"const {self.index_type} failed_ = {call};", depth),
+            *self.line("if (failed_) lm_fault_alloc(lm_fault, failed_);", depth),
+        ]
+
+    def argument(self, arg: Expr | ir.Pointer | ir.Value) -> str:
+        if isinstance(arg, Expr):
+            return self.index(arg)
+        if isinstance(arg, ir.Pointer):
+            return f"{self.buffer(arg.param)} + {self.index(arg.offset)}"
+        return self.value(arg)
+
+    def stmt_alloc(self, stmt: ir.Alloc, depth: int) -> list[str]:
+        """A checked malloc: on failure free the earlier scratch, record the bytes asked
+        for in the run's fault record and return."""
+        storage = self.storage_types[stmt.dtype]
+        size = self.index(stmt.elements * stmt.dtype.itemsize)
+        frees = " ".join(f"free({name});" for name in stmt.release)
+        return [
+            *self.line(f"{storage}* {stmt.name} = ({storage}*)malloc((size_t)({size}));", depth),
+            *self.line(
+                f"if (!{stmt.name}) {{ {frees} lm_fault_alloc(lm_fault, {size}); return; }}", depth
+            ),
+        ]
+
+    def stmt_free(self, stmt: ir.Free, depth: int) -> list[str]:
+        return self.line(f"free({stmt.name});", depth)
 
     def stmt_localmemory(self, stmt: ir.LocalMemory, depth: int) -> list[str]:
         if self.local_qualifier is None:
@@ -345,10 +377,10 @@ class CRenderer:
         return f"({int(c.value)})"
 
     def value_indexvalue(self, v: ir.IndexValue) -> str:
-        return f"(({self.compute_types[v.dtype]})({self.index(v.expr)}))"
+        return f"(({self.type_name(v.dtype)})({self.index(v.expr)}))"
 
     def value_load(self, load: ir.Load) -> str:
-        return self.from_storage(f"b{load.param}[{self.index(load.index)}]", load.dtype)
+        return self.from_storage(f"{self.buffer(load.param)}[{self.index(load.index)}]", load.dtype)
 
     def value_var(self, v: ir.Var) -> str:
         return v.name
@@ -415,6 +447,11 @@ class CRenderer:
         if dtype == DType.bool:
             return f"(unsigned char)(({text}) != 0)"
         return text
+
+    def buffer(self, param: int | str) -> str:
+        """A buffer parameter by position (`b0`, `b1`, ...), or local / scratch memory by
+        its name."""
+        return param if isinstance(param, str) else f"b{param}"
 
     def type_name(self, dtype: ir.Type) -> str:
         return self.index_type if dtype == ir.INDEX else self.compute_types[dtype]
