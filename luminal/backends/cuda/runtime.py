@@ -4,7 +4,7 @@ modules and launches. Runs only where an NVIDIA driver and GPU exist; elsewhere
 
 Buffers stay on the device between runs; `upload`/`download` are the only host copies
 (`.set()` and `.numpy()`). Launch arguments are packed once per launch site
-(`prepare_arguments`), so a run costs one `cuLaunchKernel` per kernel.
+(`bind`, once per plan), so a run costs one `cuLaunchKernel` per kernel.
 """
 
 from __future__ import annotations
@@ -12,13 +12,16 @@ from __future__ import annotations
 import ctypes
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from luminal.backends.cuda.toolchain import CudaModule
+from luminal.backends.cuda import toolchain
+from luminal.backends.cuda.render import CUDARenderer
+from luminal.backends.cuda.toolchain import DEFAULT_ARCHES, CudaModule
 from luminal.errors import CompileError, ExecutionError
+from luminal.kernel.gpu import Launch
 
 INSTALL_HINT = "pip install 'luminal[cuda]'"
 
@@ -67,32 +70,34 @@ def missing(ordinal: int = 0) -> str | None:
     return None
 
 
-@dataclass
+@dataclass(frozen=True)
 class DeviceBuffer:
-    """`nbytes` of device memory at `pointer` (freed by `CudaDevice.free`)."""
+    """`nbytes` of device memory at `pointer`; `owner` is the allocation it lies in (None:
+    it is one), so only allocations are ever freed."""
 
     pointer: int
     nbytes: int
+    owner: DeviceBuffer | None = None
 
 
 @dataclass
-class LaunchSite:
-    """One kernel launch with its argument array packed once: `cuLaunchKernel` reads the
-    addresses in `pointers`, which point into `values`."""
+class BoundKernel:
+    """A kernel with its argument array packed once: `cuLaunchKernel` reads the addresses
+    in `pointers`, which point into `values` (kept alive here)."""
 
     function: Any
-    grid: tuple[int, int, int]
-    block: tuple[int, int, int]
-    shared_bytes: int
-    values: list[Any] = field(default_factory=list)
-    pointers: Any = None
+    values: list[Any]
+    pointers: Any
 
 
 class CudaDevice:
-    """GPU `ordinal`: its primary context made current, and one stream for every copy and
-    launch (so they run in order without host synchronisation between them)."""
+    """GPU `ordinal` as a compiled graph uses it (`luminal.backends.gpu_runtime.GpuDevice`):
+    its primary context, one stream for every copy and launch (in order, no host waits
+    between them), and the graph's kernels as one module built for `arches`."""
 
-    def __init__(self, ordinal: int = 0) -> None:
+    alignment = 256  # cuMemAlloc's own alignment; arena views keep it
+
+    def __init__(self, ordinal: int = 0, arches: Sequence[str] = DEFAULT_ARCHES) -> None:
         reason = missing(ordinal)
         if reason is not None:
             raise CompileError(reason)
@@ -105,7 +110,14 @@ class CudaDevice:
         result, self.stream = driver.cuStreamCreate(0)
         _check(result, "cuStreamCreate", CompileError)
         self.ordinal = ordinal
-        self._modules: list[Any] = []
+        self.arches = tuple(arches)
+        self.module: CudaModule | None = None
+        self._handle: Any = None
+        self._functions: dict[str, Any] = {}
+        self._allocations: list[DeviceBuffer] = []
+
+    def __getstate__(self) -> dict[str, Any]:
+        raise TypeError("a CUDA device cannot be pickled")
 
     def _make_current(self) -> None:
         (result,) = _driver().cuCtxSetCurrent(self.context)
@@ -129,90 +141,82 @@ class CudaDevice:
             values.append(int(value))
         return values[0], values[1]
 
+    # ---------------------------------------------------------------- building
+    def build(self, launches: Sequence[Launch]) -> list[str]:
+        """Render every launch as CUDA C (one module), build it for `arches`, and load
+        this device's image (its cubin, else PTX the driver compiles); kernel names in order."""
+        names, source = CUDARenderer().program(list(launches))
+        self.module = toolchain.build(source, sorted(set(names)), self.arches)
+        self._load(self.module)
+        return names
+
+    def _load(self, module: CudaModule) -> None:
+        kind, image = module.image_for(self.capability)
+        driver = _driver()
+        self._make_current()
+        result, self._handle = driver.cuModuleLoadData(image + (b"\0" if kind == "ptx" else b""))
+        _check(result, f"cuModuleLoadData ({kind} for {self.name})", CompileError)
+        for name in module.kernels:
+            result, function = driver.cuModuleGetFunction(self._handle, name.encode())
+            _check(result, f"cuModuleGetFunction({name})", CompileError)
+            self._functions[name] = function
+
     # ---------------------------------------------------------------- memory
     def alloc(self, nbytes: int) -> DeviceBuffer:
         result, pointer = _driver().cuMemAlloc(max(nbytes, 1))
-        _check(result, f"cuMemAlloc({nbytes} bytes)")
-        return DeviceBuffer(int(pointer), nbytes)
+        _check(result, f"cuMemAlloc({nbytes} bytes on {self.name})")
+        buffer = DeviceBuffer(int(pointer), nbytes)
+        self._allocations.append(buffer)
+        return buffer
 
-    def free(self, buffer: DeviceBuffer) -> None:
-        (result,) = _driver().cuMemFree(buffer.pointer)
-        _check(result, "cuMemFree")
+    def view(self, buffer: DeviceBuffer, offset: int, nbytes: int) -> DeviceBuffer:
+        if offset + nbytes > buffer.nbytes:
+            raise ExecutionError(
+                f"CUDA: a view of {nbytes} bytes at {offset} exceeds a {buffer.nbytes}-byte buffer"
+            )
+        return DeviceBuffer(buffer.pointer + offset, nbytes, buffer.owner or buffer)
 
     def upload(self, buffer: DeviceBuffer, array: np.ndarray) -> None:
-        """Copy `array` into `buffer` (synchronised: the host array may change after)."""
+        """Copy `array` into `buffer`; returns once copied (the host array may change)."""
         data = np.ascontiguousarray(array)
         if data.nbytes > buffer.nbytes:
             raise ExecutionError(
                 f"CUDA upload: {data.nbytes} bytes into a {buffer.nbytes}-byte device buffer"
             )
-        driver = _driver()
-        (result,) = driver.cuMemcpyHtoDAsync(
-            buffer.pointer, data.ctypes.data, data.nbytes, self.stream
-        )
-        _check(result, "cuMemcpyHtoDAsync")
-        self.synchronize()
+        if data.nbytes:
+            copy = _driver().cuMemcpyHtoDAsync
+            (result,) = copy(buffer.pointer, data.ctypes.data, data.nbytes, self.stream)
+            _check(result, "cuMemcpyHtoDAsync")
+            self.synchronize()
 
-    def download(self, buffer: DeviceBuffer, dtype: np.dtype, shape: Sequence[int]) -> np.ndarray:
-        """A host copy of `buffer` as an array of `shape` (after the queued work ends)."""
-        out = np.empty(tuple(shape), dtype)
-        if out.nbytes > buffer.nbytes:
+    def download(self, buffer: DeviceBuffer, array: np.ndarray) -> None:
+        """Copy `buffer` into the contiguous host `array` after the queued work ends."""
+        if array.nbytes > buffer.nbytes:
             raise ExecutionError(
-                f"CUDA download: {out.nbytes} bytes from a {buffer.nbytes}-byte device buffer"
+                f"CUDA download: {array.nbytes} bytes from a {buffer.nbytes}-byte device buffer"
             )
-        driver = _driver()
-        (result,) = driver.cuMemcpyDtoHAsync(
-            out.ctypes.data, buffer.pointer, out.nbytes, self.stream
-        )
-        _check(result, "cuMemcpyDtoHAsync")
+        if array.nbytes:
+            copy = _driver().cuMemcpyDtoHAsync
+            (result,) = copy(array.ctypes.data, buffer.pointer, array.nbytes, self.stream)
+            _check(result, "cuMemcpyDtoHAsync")
         self.synchronize()
-        return out
 
-    # ---------------------------------------------------------------- code
-    def load(self, module: CudaModule) -> dict[str, Any]:
-        """Load the image for this device (its cubin, else PTX for the driver to JIT) and
-        return its kernels by name."""
-        kind, image = module.image_for(self.capability)
-        driver = _driver()
-        self._make_current()
-        result, handle = driver.cuModuleLoadData(image + (b"\0" if kind == "ptx" else b""))
-        _check(result, f"cuModuleLoadData ({kind} for {self.name})", CompileError)
-        self._modules.append(handle)
-        functions = {}
-        for name in module.kernels:
-            result, function = driver.cuModuleGetFunction(handle, name.encode())
-            _check(result, f"cuModuleGetFunction({name})", CompileError)
-            functions[name] = function
-        return functions
+    # ---------------------------------------------------------------- kernels
+    def bind(self, name: str, args: list[Any]) -> BoundKernel:
+        """Kernel `name` with its arguments packed: buffers as device pointers, numpy
+        scalars (int64 dims, the int32 launch site) at their own width."""
+        values = [_argument(a) for a in args]
+        pointers = (ctypes.c_void_p * max(len(values), 1))(*[ctypes.addressof(v) for v in values])
+        return BoundKernel(self._functions[name], values, pointers)
 
-    def prepare(
-        self,
-        function: Any,
-        grid: Sequence[int],
-        block: Sequence[int],
-        arguments: Sequence[DeviceBuffer | int],
-        shared_bytes: int = 0,
-    ) -> LaunchSite:
-        """A launch with its arguments packed: buffers as device pointers, ints as int32
-        (the dims a kernel takes)."""
-        values = [
-            ctypes.c_uint64(a.pointer) if isinstance(a, DeviceBuffer) else ctypes.c_int32(a)
-            for a in arguments
-        ]
-        pointers = (ctypes.c_void_p * max(len(values), 1))(
-            *[ctypes.addressof(value) for value in values]
-        )
-        return LaunchSite(function, _dim3(grid), _dim3(block), shared_bytes, values, pointers)
-
-    def launch(self, site: LaunchSite) -> None:
+    def launch(
+        self, bound: BoundKernel, global_size: tuple[int, ...], local: tuple[int, ...]
+    ) -> None:
+        """`global_size` work-items per axis (whole work-groups): grid = global / local."""
+        grid = _dim3([g // size for g, size in zip(global_size, local, strict=True)])
+        arguments = ctypes.addressof(bound.pointers)
         (result,) = _driver().cuLaunchKernel(
-            site.function,
-            *site.grid,
-            *site.block,
-            site.shared_bytes,
-            self.stream,
-            ctypes.addressof(site.pointers),
-            0,
+            bound.function, *grid, *_dim3(local), 0, self.stream, arguments, 0
         )
         _check(result, "cuLaunchKernel")
 
@@ -221,14 +225,26 @@ class CudaDevice:
         _check(result, "cuStreamSynchronize (a kernel failed on the device)")
 
     def close(self) -> None:
-        """Unload modules and release the stream and context (buffers are freed by their
-        owner first)."""
+        """Free every allocation, unload the module, release the stream and context."""
         driver = _driver()
-        for handle in self._modules:
-            driver.cuModuleUnload(handle)
-        self._modules.clear()
+        for buffer in self._allocations:
+            driver.cuMemFree(buffer.pointer)
+        self._allocations.clear()
+        if self._handle is not None:
+            driver.cuModuleUnload(self._handle)
+            self._handle = None
         driver.cuStreamDestroy(self.stream)
         driver.cuDevicePrimaryCtxRelease(self.device)
+
+
+def _argument(value: Any) -> Any:
+    if isinstance(value, DeviceBuffer):
+        return ctypes.c_uint64(value.pointer)
+    if isinstance(value, np.int32):
+        return ctypes.c_int32(int(value))
+    if isinstance(value, np.integer | int):
+        return ctypes.c_int64(int(value))
+    raise CompileError(f"CUDA: cannot pass {type(value).__name__} to a kernel")
 
 
 def _dim3(sizes: Sequence[int]) -> tuple[int, int, int]:

@@ -1,0 +1,146 @@
+"""CUDA C from the kernel IR: the GPU renderer (`OpenCLRenderer`, which writes what every
+GPU dialect shares: work-item loops as ids, dims as kernel arguments, one program per
+graph, the fault record) with CUDA's spellings.
+
+- Kernels are `extern "C" __global__` (unmangled names for `cuModuleGetFunction`);
+  buffers are `__restrict__` pointers, dims `long long` arguments.
+- A work-item's global id on axis 0/1/2 is `blockIdx.x * blockDim.x + threadIdx.x`
+  (y, z), its local id `threadIdx`; local memory is `__shared__`, a barrier
+  `__syncthreads()`.
+- float16 is stored as `half` (`cuda_fp16.h`) and computes in float, as everywhere;
+  bfloat16 is stored as its bits (`unsigned short`), converted as on the CPU.
+- An index out of range records {1, value, bound, launch} in the fault record with
+  `atomicCAS`: the first fault of the run wins.
+"""
+
+from __future__ import annotations
+
+from luminal.backends.opencl.render import OpenCLRenderer
+from luminal.dtype import DType
+from luminal.kernel import ir
+from luminal.kernel.gpu import Launch
+from luminal.render.c import dim_name
+
+PRELUDE = r"""/* luminal CUDA helpers: numpy's semantics where C's differ or trap */
+#include <cuda_fp16.h>
+#define INFINITY __int_as_float(0x7f800000)
+#define NAN __int_as_float(0x7fffffff)
+__device__ inline float lm_bf16_load(unsigned short v) {
+    return __uint_as_float(((unsigned)v) << 16);
+}
+__device__ inline unsigned short lm_bf16_store(float f) {
+    unsigned bits = __float_as_uint(f);
+    if (f != f) return (unsigned short)((bits >> 16) | 0x40);
+    bits += 0x7fff + ((bits >> 16) & 1); return (unsigned short)(bits >> 16);
+}
+__device__ inline float lm_f16_round(float x) { return __half2float(__float2half_rn(x)); }
+__device__ inline float lm_fmod_floor(float a, float b) {
+    float r = fmodf(a, b);
+    return (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) ? r + b : r;
+}
+__device__ inline float lm_max_nan(float a, float b) { return (b > a || b != b) ? b : a; }
+__device__ inline int lm_max_int(int a, int b) { return b > a ? b : a; }
+__device__ inline int lm_imod_floor(int a, int b) {
+    int r = a % ((b == 0) | (b == -1) ? 1 : b);
+    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+__device__ inline int lm_float_to_int(float x) {
+    return (x >= -2147483648.0f && x < 2147483648.0f) ? (int)x : (-2147483647 - 1);
+}
+__device__ inline int lm_iadd(int a, int b) { return (int)((unsigned)a + (unsigned)b); }
+__device__ inline int lm_imul(int a, int b) { return (int)((unsigned)a * (unsigned)b); }
+/* an index out of range: the first fault of the run records {1, index, rows, launch} */
+__device__ inline void lm_fault_index(int* f, long long index, long long rows, int site) {
+    if (atomicCAS(&f[0], 0, -1) == 0) {
+        f[1] = (int)max(min(index, 2147483647LL), -2147483647LL - 1);
+        f[2] = (int)max(min(rows, 2147483647LL), 0LL);
+        f[3] = site;
+        __threadfence();
+        atomicExch(&f[0], 1);
+    }
+}
+"""
+
+AXES = "xyz"
+
+
+class CUDARenderer(OpenCLRenderer):
+    """Kernel IR to CUDA C (one `__global__` function per distinct launch kernel)."""
+
+    storage_types = {
+        DType.float32: "float",
+        DType.float16: "half",
+        DType.bfloat16: "unsigned short",
+        DType.int32: "int",
+        DType.bool: "unsigned char",
+    }
+    index_type = "long long"
+    kernel_prefix = 'extern "C" __global__ void'
+    buffer_qualifier = ""
+    restrict = " __restrict__"
+    math_functions = {"sqrt": "sqrtf", "sin": "sinf", "exp2": "exp2f", "log2": "log2f"}
+    fault_param = "int* __restrict__ lm_fault, int lm_site"
+    dim_type = "long long"
+    prelude = PRELUDE
+
+    def program(self, launches: list[Launch]) -> tuple[list[str], str]:
+        """The kernel name of every launch and the module holding them: the helpers, each
+        distinct kernel prelude once (the tensor-core device functions), the kernels."""
+        names: list[str] = []
+        sources: dict[str, str] = {}
+        for launch in launches:
+            name, source = self.render_launch(launch)
+            names.append(name)
+            sources.setdefault(name, source)
+        preludes = dict.fromkeys(launch.kernel.prelude for launch in launches)
+        kernels = "".join(sources[n] for n in sorted(sources))
+        return names, self.prelude + "".join(preludes) + kernels
+
+    def work_item_id(self, kind: str, axis: int) -> str:
+        """The id of this work-item on `axis` for a `gpu_global` or `gpu_local` loop."""
+        a = AXES[axis]
+        if kind == "gpu_local":
+            return f"(long long)threadIdx.{a}"
+        return f"((long long)blockIdx.{a} * blockDim.{a} + threadIdx.{a})"
+
+    def signature(self, kernel: ir.Kernel, name: str) -> str:
+        params = [self.param(position, p) for position, p in enumerate(kernel.params)]
+        params += [f"const {self.dim_type} {dim_name(n)}" for n in kernel.dims]
+        if kernel.reports_faults:
+            params.append(self.fault_param)
+        return f"{self.kernel_prefix} {name}({', '.join(params)})"
+
+    def gpu_loop(self, loop: ir.Loop, depth: int) -> list[str]:
+        head = f"const long long {loop.var} = {self.work_item_id(loop.kind, self._axes[loop.var])};"
+        return [
+            *self.line(head, depth),
+            *self.line(f"if ({loop.var} < {self.index(loop.extent)}) {{", depth),
+            *self.statements(loop.body, depth + 1),
+            *self.line("}", depth),
+        ]
+
+    def stmt_localmemory(self, stmt: ir.LocalMemory, depth: int) -> list[str]:
+        ctype = self.compute_types[stmt.dtype]
+        return self.line(f"__shared__ {ctype} {stmt.name}[{stmt.size.as_int()}];", depth)
+
+    def stmt_barrier(self, stmt: ir.Barrier, depth: int) -> list[str]:
+        return self.line("__syncthreads();", depth)
+
+    # ------------------------------------------------------------------ half precision
+    def value_load(self, load: ir.Load) -> str:
+        text = f"b{load.param}[{self.index(load.index)}]"
+        if load.dtype == DType.float16:
+            return f"__half2float({text})"
+        return self.from_storage(text, load.dtype)
+
+    def stmt_store(self, stmt: ir.Store, depth: int) -> list[str]:
+        target = f"b{stmt.param}[{self.index(stmt.index)}]"
+        value = self.value(stmt.value)
+        if stmt.dtype == DType.float16:
+            return self.line(f"{target} = __float2half_rn({value});", depth)
+        return self.line(f"{target} = {self.to_storage(value, stmt.dtype)};", depth)
+
+    def to_storage(self, text: str, dtype: DType) -> str:
+        if dtype == DType.bool:
+            return f"(unsigned char)(({text}) != 0)"
+        return super().to_storage(text, dtype)

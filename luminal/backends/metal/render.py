@@ -1,0 +1,164 @@
+"""Metal Shading Language from the kernel IR: the GPU renderer (`OpenCLRenderer`, which
+writes what every GPU dialect shares: work-item loops as ids, dims as kernel arguments,
+one library per graph, the fault record) with Metal's spellings.
+
+- Kernels are `kernel void`; every argument has its binding, in order: buffers
+  `device [const] T* bI [[buffer(I)]]`, then dims `constant long& dim_<name>`, then the
+  fault record (`device atomic_int*`) and the launch's number; the work-item's position
+  comes from `[[thread_position_in_grid]]` / `[[thread_position_in_threadgroup]]`.
+- Threadgroup memory is declared at the top of the kernel (Metal allows it only at
+  function scope), barriers are `threadgroup_barrier(mem_flags::mem_threadgroup)`.
+- float16 is Metal's own `half` (computing in float, as everywhere); bfloat16 is stored
+  as its bits (`ushort`) and converted as on the CPU.
+- The library is compiled without fast math (`runtime.MetalDevice`), so NaN and the
+  infinities keep their meaning.
+"""
+
+from __future__ import annotations
+
+from luminal.backends.opencl.render import OpenCLRenderer
+from luminal.dtype import DType
+from luminal.kernel import ir
+from luminal.render.c import dim_name
+
+PRELUDE = r"""/* luminal Metal helpers: numpy's semantics where C's differ or trap */
+#include <metal_stdlib>
+using namespace metal;
+inline float lm_bf16_load(ushort v) { return as_type<float>(((uint)v) << 16); }
+inline ushort lm_bf16_store(float f) {
+    uint bits = as_type<uint>(f);
+    if (f != f) return (ushort)((bits >> 16) | 0x40);
+    bits += 0x7fff + ((bits >> 16) & 1); return (ushort)(bits >> 16);
+}
+inline float lm_f16_round(float x) { return (float)(half)x; }
+inline float lm_fmod_floor(float a, float b) {
+    float r = fmod(a, b);
+    return (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) ? r + b : r;
+}
+inline float lm_max_nan(float a, float b) { return (b > a || b != b) ? b : a; }
+inline int lm_max_int(int a, int b) { return b > a ? b : a; }
+inline int lm_imod_floor(int a, int b) {
+    int r = a % ((b == 0) | (b == -1) ? 1 : b);
+    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+inline int lm_float_to_int(float x) {
+    return (x >= -2147483648.0f && x < 2147483648.0f) ? (int)x : (-2147483647 - 1);
+}
+inline int lm_iadd(int a, int b) { return (int)((uint)a + (uint)b); }
+inline int lm_imul(int a, int b) { return (int)((uint)a * (uint)b); }
+inline int lm_clamp_int(long v, long low) {
+    return (int)(v > 2147483647L ? 2147483647L : (v < low ? low : v));
+}
+/* an index out of range: the first fault of the run records {1, index, rows, launch} */
+inline void lm_fault_index(device atomic_int* f, long index, long rows, int site) {
+    int expected = 0;
+    if (atomic_compare_exchange_weak_explicit(
+            &f[0], &expected, -1, memory_order_relaxed, memory_order_relaxed)) {
+        atomic_store_explicit(&f[1], lm_clamp_int(index, -2147483647L - 1), memory_order_relaxed);
+        atomic_store_explicit(&f[2], lm_clamp_int(rows, 0L), memory_order_relaxed);
+        atomic_store_explicit(&f[3], site, memory_order_relaxed);
+        atomic_store_explicit(&f[0], 1, memory_order_relaxed);
+    }
+}
+"""
+
+AXES = "xyz"
+POSITIONS = (
+    "uint3 lm_gid [[thread_position_in_grid]]",
+    "uint3 lm_lid [[thread_position_in_threadgroup]]",
+)
+
+
+class MetalRenderer(OpenCLRenderer):
+    """Kernel IR to Metal Shading Language (one `kernel` per distinct launch kernel)."""
+
+    storage_types = {
+        DType.float32: "float",
+        DType.float16: "half",
+        DType.bfloat16: "ushort",
+        DType.int32: "int",
+        DType.bool: "uchar",
+    }
+    index_type = "long"
+    kernel_prefix = "kernel void"
+    buffer_qualifier = "device "
+    restrict = ""
+    math_functions = {"sqrt": "sqrt", "sin": "sin", "exp2": "exp2", "log2": "log2"}
+    prelude = PRELUDE
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._locals: list[ir.LocalMemory] = []
+
+    def signature(self, kernel: ir.Kernel, name: str) -> str:
+        params = [self.param(position, p) for position, p in enumerate(kernel.params)]
+        for dim in kernel.dims:
+            params.append(f"constant long& {dim_name(dim)} [[buffer({len(params)})]]")
+        if kernel.reports_faults:
+            params.append(f"device atomic_int* lm_fault [[buffer({len(params)})]]")
+            params.append(f"constant int& lm_site [[buffer({len(params)})]]")
+        params += POSITIONS
+        return f"{self.kernel_prefix} {name}({', '.join(params)})"
+
+    def param(self, position: int, param: ir.Param) -> str:
+        const = "" if param.output else "const "
+        storage = self.storage_types[param.dtype]
+        return f"device {const}{storage}* b{position} [[buffer({position})]]"
+
+    def render(self, kernel: ir.Kernel) -> tuple[str, str]:
+        """Threadgroup arrays hoisted to the top of the kernel (function scope)."""
+        self._locals = list(_local_memory(kernel.body))
+        return super().render(kernel)
+
+    def dim_locals(self, kernel: ir.Kernel) -> str:
+        return "".join(
+            f"    threadgroup {self.compute_types[m.dtype]} {m.name}[{m.size.as_int()}];\n"
+            for m in self._locals
+        )
+
+    def gpu_loop(self, loop: ir.Loop, depth: int) -> list[str]:
+        position = "lm_lid" if loop.kind == "gpu_local" else "lm_gid"
+        head = f"const long {loop.var} = (long){position}.{AXES[self._axes[loop.var]]};"
+        return [
+            *self.line(head, depth),
+            *self.line(f"if ({loop.var} < {self.index(loop.extent)}) {{", depth),
+            *self.statements(loop.body, depth + 1),
+            *self.line("}", depth),
+        ]
+
+    def stmt_localmemory(self, stmt: ir.LocalMemory, depth: int) -> list[str]:
+        return self.line(f"/* threadgroup {stmt.name}: declared at the top */", depth)
+
+    def stmt_barrier(self, stmt: ir.Barrier, depth: int) -> list[str]:
+        return self.line("threadgroup_barrier(mem_flags::mem_threadgroup);", depth)
+
+    # ------------------------------------------------------------------ half precision
+    def value_load(self, load: ir.Load) -> str:
+        text = f"b{load.param}[{self.index(load.index)}]"
+        if load.dtype == DType.float16:
+            return f"((float){text})"
+        return self.from_storage(text, load.dtype)
+
+    def stmt_store(self, stmt: ir.Store, depth: int) -> list[str]:
+        target = f"b{stmt.param}[{self.index(stmt.index)}]"
+        value = self.value(stmt.value)
+        if stmt.dtype == DType.float16:
+            return self.line(f"{target} = (half)({value});", depth)
+        return self.line(f"{target} = {self.to_storage(value, stmt.dtype)};", depth)
+
+    def to_storage(self, text: str, dtype: DType) -> str:
+        if dtype == DType.bool:
+            return f"(uchar)(({text}) != 0)"
+        return super().to_storage(text, dtype)
+
+
+def _local_memory(body: tuple[ir.Stmt, ...]) -> list[ir.LocalMemory]:
+    found: list[ir.LocalMemory] = []
+    for stmt in body:
+        if isinstance(stmt, ir.LocalMemory):
+            found.append(stmt)
+        for field in ("body", "then", "otherwise"):
+            children = getattr(stmt, field, None)
+            if isinstance(children, tuple):
+                found += _local_memory(children)
+    return found

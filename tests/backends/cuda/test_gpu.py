@@ -1,0 +1,68 @@
+"""`lm.CUDACompiler` on a real GPU (marked `gpu`: these skip where no NVIDIA driver sees
+one): compiled graphs against numpy, the tensor-core matmul included, inputs set again
+between runs, a symbolic dim at two sizes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import luminal as lm
+from luminal.backends.cuda import runtime
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(autouse=True)
+def gpu() -> None:
+    reason = runtime.missing(0)
+    if reason is not None:
+        pytest.skip(f"needs a CUDA GPU: {reason}")
+
+
+def test_softmax_of_a_product_matches_numpy(rng: np.random.Generator) -> None:
+    cx = lm.Graph()
+    x = cx.tensor(("rows", 32))
+    weight = rng.standard_normal((32, 48)).astype(np.float32)
+    w = cx.tensor((32, 48)).set(weight)
+    out = (x @ w).softmax(-1).retrieve()
+    cx.compile(lm.CUDACompiler())
+    for rows in (5, 67):  # two sizes of the symbolic dim, the weight uploaded once
+        data = rng.standard_normal((rows, 32)).astype(np.float32)
+        x.set(data)
+        cx.execute()
+        logits = data @ weight
+        expected = np.exp(logits - logits.max(-1, keepdims=True))
+        expected /= expected.sum(-1, keepdims=True)
+        np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [lm.float16, lm.bfloat16])
+def test_tensor_core_matmul_matches_numpy(dtype: lm.DType, rng: np.random.Generator) -> None:
+    cx = lm.Graph()
+    a_data = rng.uniform(-1, 1, (2, 70, 40)).astype(np.float32)
+    b_data = rng.uniform(-1, 1, (50, 40)).astype(np.float32)
+    a = cx.tensor((2, 70, 40), dtype=dtype).set(a_data.astype(dtype.numpy))
+    b = cx.tensor((50, 40), dtype=dtype).set(b_data.astype(dtype.numpy))
+    out = (a @ b.transpose(0, 1)).retrieve()
+    compiler = lm.CUDACompiler(rtol=1e-2, atol=1e-2)
+    assert "lm_wmma_" in compiler.render(cx)
+    cx.compile(compiler)
+    cx.execute()
+    rounded_a, rounded_b = (d.astype(dtype.numpy).astype(np.float32) for d in (a_data, b_data))
+    exact = rounded_a @ rounded_b.T
+    np.testing.assert_allclose(out.numpy().astype(np.float32), exact, rtol=1e-2, atol=1e-2)
+
+
+def test_gather_out_of_range_is_an_execution_error() -> None:
+    cx = lm.Graph()
+    table = cx.tensor((5, 3)).set(np.arange(15, dtype=np.float32).reshape(5, 3))
+    index = cx.tensor((2,), dtype=lm.int32).set(np.array([1, 4], np.int32))
+    rows = table.gather(index).retrieve()
+    cx.compile(lm.CUDACompiler())
+    cx.execute()
+    expected = np.arange(15, dtype=np.float32).reshape(5, 3)[[1, 4]]
+    np.testing.assert_array_equal(rows.numpy(), expected)
+    index.set(np.array([1, 9], np.int32))
+    with pytest.raises(lm.ExecutionError, match="index 9 is out of range"):
+        cx.execute()
