@@ -29,6 +29,10 @@ def _index(expr: Expr) -> str:
     return str(expr).replace(LOOP_MARK, "")
 
 
+def _buffer(param: int | str) -> str:
+    return param if isinstance(param, str) else f"b{param}"
+
+
 def _type(dtype: ir.Type) -> str:
     return "index" if dtype == ir.INDEX else dtype.name
 
@@ -40,7 +44,7 @@ def value(v: ir.Value) -> str:
     if isinstance(v, ir.IndexValue):
         return f"{_type(v.dtype)}({_index(v.expr)})"
     if isinstance(v, ir.Load):
-        return f"b{v.param}[{_index(v.index)}]"
+        return f"{_buffer(v.param)}[{_index(v.index)}]"
     if isinstance(v, ir.Alu):
         return f"{v.op}({', '.join(value(a) for a in v.args)})"
     if isinstance(v, ir.Select):
@@ -73,7 +77,7 @@ def _stmt(s: ir.Stmt, depth: int) -> list[str]:
     if isinstance(s, ir.Accumulate):
         return [f"{pad}{s.name} {s.op}= {value(s.value)}"]
     if isinstance(s, ir.Store):
-        return [f"{pad}b{s.param}[{_index(s.index)}] = {value(s.value)}"]
+        return [f"{pad}{_buffer(s.param)}[{_index(s.index)}] = {value(s.value)}"]
     if isinstance(s, ir.Scope):
         return [f"{pad}scope:", *_block(s.body, depth + 1)]
     if isinstance(s, ir.If):
@@ -86,4 +90,19 @@ def _stmt(s: ir.Stmt, depth: int) -> list[str]:
         counts = ", ".join(_index(c) for c in s.counts)
         params = ", ".join(f"b{p}" for p in s.params)
         return [f"{pad}call {s.function}({params}; counts {counts})"]
+    if isinstance(s, ir.LibraryCall):
+        args = ", ".join(_argument(a) for a in s.args)
+        return [f"{pad}{'checked ' if s.reports_alloc else ''}call {s.function}({args})"]
+    if isinstance(s, ir.Alloc):
+        return [f"{pad}{s.name} = alloc {s.dtype.name}[{_index(s.elements)}]"]
+    if isinstance(s, ir.Free):
+        return [f"{pad}free {s.name}"]
     return [f"{pad}{s!r}"]
+
+
+def _argument(arg: object) -> str:
+    if isinstance(arg, Expr):
+        return _index(arg)
+    if isinstance(arg, ir.Pointer):
+        return f"{_buffer(arg.param)} + {_index(arg.offset)}"
+    return value(arg)

@@ -67,10 +67,10 @@ class IndexValue(Value):
 
 @dataclass(frozen=True)
 class Load(Value):
-    """Element `index` of buffer parameter `param`, stored as `dtype` (the value has
-    `dtype`'s compute type)."""
+    """Element `index` of buffer parameter `param` (or of the `LocalMemory` / `Alloc`
+    named `param`), stored as `dtype` (the value has `dtype`'s compute type)."""
 
-    param: int
+    param: int | str
     index: Expr
     dtype: DType
 
@@ -160,10 +160,10 @@ class Accumulate(Stmt):
 
 @dataclass(frozen=True)
 class Store(Stmt):
-    """Buffer parameter `param`'s element `index` = `value`, converted to `dtype` (the
-    buffer's storage type)."""
+    """Buffer parameter `param`'s (or the `LocalMemory` / `Alloc` named `param`'s)
+    element `index` = `value`, converted to `dtype` (the buffer's storage type)."""
 
-    param: int
+    param: int | str
     index: Expr
     value: Value
     dtype: DType
@@ -248,6 +248,44 @@ class Call(Stmt):
     function: str
     params: tuple[int, ...]
     counts: tuple[Expr, ...] = ()
+
+
+@dataclass(frozen=True)
+class Pointer:
+    """A call argument: element `offset` of buffer parameter `param` (an int) or of the
+    scratch buffer / local named `param` (a str)."""
+
+    param: int | str
+    offset: Expr
+
+
+@dataclass(frozen=True)
+class LibraryCall(Stmt):
+    """`function(args...)`: a library routine (BLAS sgemm) or one the kernel's prelude
+    defines (the generated matmul). Args: index Exprs, Pointers, Values. With
+    `reports_alloc` the function returns 0 or the bytes it could not allocate, which go
+    to the run's fault record (the kernel must have `reports_faults`)."""
+
+    function: str
+    args: tuple[Expr | Pointer | Value, ...]
+    reports_alloc: bool = False
+
+
+@dataclass(frozen=True)
+class Alloc(Stmt):
+    """Scratch memory: `elements` of `dtype` named `name` (released by `Free`). If it
+    cannot be allocated: free `release` (earlier Allocs), record an allocation fault of
+    the bytes asked for and return (the kernel must have `reports_faults`)."""
+
+    name: str
+    dtype: DType
+    elements: Expr
+    release: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Free(Stmt):
+    name: str
 
 
 # ----------------------------------------------------------------------------- kernel

@@ -96,3 +96,34 @@ def test_values_render_with_numpy_semantics() -> None:
     )
     assert r.value(ir.Cast(ir.Const(1.5, F), F, DType.float16)) == "((float)(_Float16)(1.5f))"
     assert r.value(ir.Const(-(2**31), DType.int32)) == "(-2147483647 - 1)"
+
+
+def test_scratch_library_calls_and_named_buffers() -> None:
+    """Alloc/Free with the checked malloc, a library call over pointers, index
+    expressions and values, and loads/stores of memory named by a string."""
+    n = loop_index("i0_", sym(4))
+    body = (
+        ir.Alloc("pa", F, sym(5)),
+        ir.Alloc("pb", F, sym(5), release=("pa",)),
+        ir.Loop("i0_", sym(4), "serial", (ir.Store("pa", n, ir.Load(1, n, F), F),)),
+        ir.LibraryCall(
+            "f", (ir.Pointer("pa", sym(0)), ir.Pointer(0, n + 1), sym(3), ir.Const(1.0, F))
+        ),
+        ir.LibraryCall("g", (), reports_alloc=True),
+        ir.Free("pb"),
+        ir.Free("pa"),
+    )
+    params = (ir.Param(0, F, True), ir.Param(1, F))
+    _, source = CRenderer().render(ir.Kernel("k", params, (), body, (0,), reports_faults=True))
+    assert "    float* pa = (float*)malloc((size_t)(20));\n" in source
+    assert "    if (!pa) {  lm_fault_alloc(lm_fault, 20); return; }\n" in source
+    assert "    if (!pb) { free(pa); lm_fault_alloc(lm_fault, 20); return; }\n" in source
+    assert "        pa[i0_] = b1[i0_];\n" in source
+    assert "    f(pa + 0, b0 + (i0_ + 1), 3, 1.0f);\n" in source
+    assert (
+        "    const long long failed_ = g();\n    if (failed_) lm_fault_alloc(lm_fault, failed_);"
+        in source
+    )
+    assert source.endswith("    free(pb);\n    free(pa);\n}\n")
+    assert "long long* restrict lm_fault" in source
+    assert CRenderer().value(ir.IndexValue(n * 2, ir.INDEX)) == "((long long)(2*i0_))"
