@@ -9,6 +9,7 @@ import pytest
 
 import luminal as lm
 from luminal.models import SentenceEncoder, generate
+from tests.conftest import assert_matches_torch
 from tests.models.test_bert import (
     ATOL,
     RTOL,
@@ -26,7 +27,6 @@ from tests.models.test_llama import (
     luminal_llama,
     prompt,  # noqa: F401 - a fixture
 )
-from tests.conftest import assert_matches_torch
 
 
 @pytest.mark.slow  # two layers' e-graph, program build and reference check
