@@ -41,18 +41,36 @@ def _entry(fmt: BlockFormat, what: str, signature: str, body: str) -> tuple[str,
     return name, f"{format_source(fmt)}\n__attribute__((weak)) " + code.replace("NAME", name)
 
 
+SIXTEEN_BIT = ("q8_0", "q4_0")  # formats with a 16-bit integer decode kernel
+
+
 def matmul_source(
-    fmt: BlockFormat, n: int, k: int, prefill_rows: int, quantized: bool
+    fmt: BlockFormat, n: int, k: int, prefill_rows: int, bits: int
 ) -> tuple[str, str]:
     f = fmt.name.lower()
     return _entry(
         fmt,
-        f"matmul{'_q8' if quantized else ''}_{n}x{k}",
+        f"matmul_a{bits}_{n}x{k}",
         f"void NAME(float* out, const float* x, const {_c_type(fmt, k)}* w, "
         "const long long* numel)",
         f"lq_matmul(out, x, (const uint8_t*)w, numel[1] / {k}, {n}, {k}, {fmt.row_bytes(k)}LL, "
-        f"{prefill_rows}LL, {int(quantized)}, lq_dot_{f}, lq_fdot_{f}, lq_dequant_{f});",
+        f"{prefill_rows}LL, {bits}, lq_dot_{f}, lq_fdot_{f}, lq_dequant_{f});",
     )
+
+
+def _activation_bits(fmt: BlockFormat, quantized_activations: bool, bits: int | None) -> int:
+    """The decode path's activation precision: `bits` if given (8, 16 or 32), else 8 for
+    llama.cpp's `quantized_activations`, else 16 where a format has a 16-bit integer
+    kernel (Q8_0, Q4_0) and 32 (float FMA) for the others."""
+    if bits is None:
+        sixteen = fmt.name.lower() in SIXTEEN_BIT
+        bits = 8 if quantized_activations else 16 if sixteen else 32
+    if bits not in (8, 16, 32) or (bits == 16 and fmt.name.lower() not in SIXTEEN_BIT):
+        raise DTypeError(
+            f"quant_matmul({fmt.name}): activation_bits must be 8, 32 or, for Q8_0 and "
+            f"Q4_0, 16; got {bits}"
+        )
+    return bits
 
 
 def rows_source(fmt: BlockFormat, k: int) -> tuple[str, str]:
@@ -84,14 +102,17 @@ def quant_matmul(
     kind: str,
     quantized_activations: bool = False,
     prefill_rows: int = PREFILL_ROWS,
+    activation_bits: int | None = None,
 ) -> GraphTensor:
     """x (..., k) @ W.T with W (n, k) given as packed `kind` blocks: float32 (..., n).
-    Fewer than `prefill_rows` activation rows are multiplied row by row, unpacking W in
-    registers; more, by dequantised panels of W. `quantized_activations`: the few-row
-    path rounds activations to 8 bits per block of 32 and uses integer dot products, as
-    llama.cpp does; faster where compute binds, but a step function of its input, so
-    float differences upstream can flip a rounding and move outputs by ~1/127 of a
-    block's largest term (CPUCompiler's check against the reference may then fail)."""
+    `prefill_rows` or more activation rows: W is dequantised in panels and multiplied in
+    float32. Fewer (decode): W is unpacked in registers against activations of
+    `activation_bits` (default: `_activation_bits`): 32 is float FMA; 16 rounds activations
+    to two 8-bit levels per block of 32 (within max|x| / 32512) for integer dot products;
+    8 (`quantized_activations`, llama.cpp's Q8) to one. Integer activations are a step
+    function of the input: a float difference of one ulp upstream can flip a rounding
+    and move an output by ~1/32512 (16 bits) or ~1/127 (8 bits) of a block's largest
+    term, far inside CPUCompiler's check for 16 bits, not for 8."""
     fmt = block_format(kind)
     n, k = int(packed.shape[0]), int(x.shape[-1])
     what = f"quant_matmul({fmt.name}, n={n}, k={k})"
@@ -100,9 +121,10 @@ def quant_matmul(
         raise ShapeError(f"{what}: packed weights must be 2-D, got {packed._shape_text()}")
     if not x.dtype.is_float:
         raise DTypeError(f"{what}: activations must be float, got {x.dtype.value}")
+    bits = _activation_bits(fmt, quantized_activations, activation_bits)
     x = x.cast("float32") if x.dtype != DType.float32 else x
-    name, source = matmul_source(fmt, n, k, prefill_rows, quantized_activations)
-    reference = QuantMatmul(fmt.name.lower(), n, k, quantized_activations, prefill_rows)
+    name, source = matmul_source(fmt, n, k, prefill_rows, bits)
+    reference = QuantMatmul(fmt.name.lower(), n, k, bits, prefill_rows)
     shape = (*x.shape[:-1], n)
     return custom_kernel([x, packed], source, shape, name=name, reference=reference)
 

@@ -2,10 +2,11 @@
 
 `QuantMatmul` and `PackedRows` are the numpy sides of the C kernels in
 luminal/quant/kernels (see common.h): frozen, so they hash and pickle with the graph
-node they belong to. The matmul multiplies in float64 by the dequantised weights; with
-quantized activations it first rounds them to 8 bits per block of 32 exactly as the C
-does (same float32 operations, `rint` ties to even). The compiled kernels differ from
-it only by float32 summation order.
+node they belong to. The matmul multiplies in float64 by the dequantised weights; on
+the few-row (decode) path with integer activations (`activation_bits` 8 or 16) it first
+rounds them per block of 32 exactly as the C does (same float32 operations, `rint` ties
+to even, the residual as one fused multiply-add). The compiled kernels differ from it
+only by float32 summation order.
 """
 
 from __future__ import annotations
@@ -23,39 +24,55 @@ PREFILL_ROWS = 8
 def quantize_activations(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(int8 q, float32 d) of float32 rows `x` (..., k): per block of 32,
     d = max|x| / 127 and q = rint(x / d), computed as the C kernels do."""
+    q, d, _ = _levels(x, 8)
+    return q.reshape(x.shape), d
+
+
+def _levels(x: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """(q1, d1, q2 or None) per block (..., blocks, 32): q1 = rint(x / d1); with 16 bits
+    also q2 = rint(fma(-d1, q1, x) * (256 / d1)) clamped to [-127, 127] (common.h)."""
     blocks = np.asarray(x, np.float32).reshape(*x.shape[:-1], -1, QK)
     d = np.abs(blocks).max(axis=-1) / np.float32(127)
     with np.errstate(divide="ignore"):
         inverse = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
-    q = np.rint(blocks * inverse[..., None]).astype(np.int8)
-    return q.reshape(x.shape), d
+    q1 = np.rint(blocks * inverse[..., None])
+    if bits == 8:
+        return q1.astype(np.int8), d, None
+    # x - d1 q1 rounded once, as a fused multiply-add (exact in float64, then rounded)
+    residual = (blocks.astype(np.float64) - d[..., None].astype(np.float64) * q1).astype(np.float32)
+    scaled = residual * (inverse * np.float32(256))[..., None]
+    q2 = np.clip(np.rint(scaled), -127, 127).astype(np.int8)
+    return q1.astype(np.int8), d, q2
 
 
-def rounded_activations(x: np.ndarray) -> np.ndarray:
-    """The float64 values the integer path multiplies with: d * q per block."""
-    q, d = quantize_activations(x)
-    blocks = q.reshape(*q.shape[:-1], -1, QK).astype(np.float64) * d[..., None]
-    return blocks.reshape(x.shape)
+def rounded_activations(x: np.ndarray, bits: int = 8) -> np.ndarray:
+    """The float64 values the integer path multiplies with: d1 q1 (+ d1 / 256 q2) per
+    block; `bits` 32 gives x itself."""
+    if bits == 32:
+        return np.asarray(x, np.float64)
+    q1, d, q2 = _levels(x, bits)
+    values = q1.astype(np.float64) * d[..., None]
+    if q2 is not None:
+        values += q2.astype(np.float64) * (d.astype(np.float64) / 256)[..., None]
+    return values.reshape(x.shape)
 
 
 @dataclass(frozen=True)
 class QuantMatmul:
-    """x (..., k) @ W.T for W (n, k) packed in `format` -> float32 (..., n)."""
+    """x (..., k) @ W.T for W (n, k) packed in `format` -> float32 (..., n); fewer than
+    `prefill_rows` rows use activations of `activation_bits` (8, 16 or 32: float)."""
 
     format: str
     n: int
     k: int
-    quantized_activations: bool = False
+    activation_bits: int = 32
     prefill_rows: int = PREFILL_ROWS
 
     def __call__(self, x: np.ndarray, packed: np.ndarray) -> np.ndarray:
         weight = dequantize(packed.reshape(-1).view(np.uint8), self.format, (self.n, self.k))
         rows = np.asarray(x, np.float32).reshape(-1, self.k)
-        if self.quantized_activations and 0 < rows.shape[0] < self.prefill_rows:
-            activations = rounded_activations(rows)
-        else:
-            activations = rows.astype(np.float64)
-        out = activations @ weight.astype(np.float64).T
+        bits = self.activation_bits if 0 < rows.shape[0] < self.prefill_rows else 32
+        out = rounded_activations(rows, bits) @ weight.astype(np.float64).T
         return out.astype(np.float32).reshape(*x.shape[:-1], self.n)
 
 

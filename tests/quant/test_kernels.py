@@ -8,8 +8,13 @@ import pytest
 
 import luminal as lm
 from luminal.quant import FORMATS, PREFILL_ROWS, QuantEmbedding, dequantize, quant_matmul, quantize
+from luminal.quant.ops import SIXTEEN_BIT
+from luminal.quant.reference import rounded_activations
 
-N, K = 40, 512
+N, K = 40, 768  # 24 blocks of 32: one 16-block step of the 512-bit kernels and a tail
+MODES = [
+    (kind, bits) for kind in FORMATS for bits in (8, 16, 32) if bits != 16 or kind in SIXTEEN_BIT
+]
 
 
 def _packed(kind: str, rows: int, length: int, seed: int) -> np.ndarray:
@@ -17,9 +22,18 @@ def _packed(kind: str, rows: int, length: int, seed: int) -> np.ndarray:
     return FORMATS[kind].as_storage(quantize(w, kind), length)
 
 
-@pytest.mark.parametrize("kind", list(FORMATS))
-@pytest.mark.parametrize("quantized", [False, True])
-def test_matmul_compiled_equals_reference(kind: str, quantized: bool) -> None:
+def _rounding_bound(x: np.ndarray, weight: np.ndarray, bits: int) -> np.ndarray:
+    """What rounding activations to `bits` may move each output by: per element at most
+    half a step of its block for 8 bits (max|x| / 254), a step of the second level
+    for 16 (max|x| / 32512: its values are clamped to 127), times |w|, plus float32
+    rounding of the sums."""
+    amax = np.abs(x.reshape(len(x), -1, 32)).max(axis=-1).repeat(32, axis=-1)
+    step = {8: 1 / 254, 16: 1 / 32512}[bits] * 1.001 * amax
+    return step @ np.abs(weight).T + 1e-6 * (np.abs(x) @ np.abs(weight).T)
+
+
+@pytest.mark.parametrize(("kind", "bits"), MODES)
+def test_matmul_compiled_equals_reference(kind: str, bits: int) -> None:
     packed = _packed(kind, N, K, seed=4)
     weight = dequantize(packed.view(np.uint8), kind, (N, K)).astype(np.float64)
     rng = np.random.default_rng(5)
@@ -29,7 +43,7 @@ def test_matmul_compiled_equals_reference(kind: str, quantized: bool) -> None:
     cx = lm.Graph()  # one graph with a symbolic row count: decode rows and the panel path
     xt = cx.tensor(("rows", K))
     wt = cx.tensor(packed.shape, dtype=str(packed.dtype)).set(packed)
-    y = quant_matmul(xt, wt, kind, quantized_activations=quantized).retrieve()
+    y = quant_matmul(xt, wt, kind, activation_bits=bits).retrieve()
     references = []
     for x in inputs:
         xt.set(x)
@@ -37,8 +51,9 @@ def test_matmul_compiled_equals_reference(kind: str, quantized: bool) -> None:
         references.append(y.numpy().copy())
         scale = np.abs(x) @ np.abs(weight).T  # what float32 rounding is relative to
         error = np.abs(references[-1] - x.astype(np.float64) @ weight.T)
-        if quantized and len(x) < PREFILL_ROWS:  # activations rounded: ~1/127 per block
-            assert 1e-5 < error.max() / scale.max() < 3e-3
+        if bits < 32 and len(x) < PREFILL_ROWS:  # activations rounded, within the bound
+            assert np.all(error <= _rounding_bound(x, weight, bits))
+            assert error.max() > 1e-6 * scale.max()  # and they are rounded
         else:
             assert np.all(error <= 1e-6 * scale)
     cx.compile(lm.CPUCompiler())
@@ -47,6 +62,31 @@ def test_matmul_compiled_equals_reference(kind: str, quantized: bool) -> None:
         cx.execute()
         scale = np.abs(x) @ np.abs(weight).T
         assert np.all(np.abs(y.numpy() - reference) <= 1e-6 * scale), (kind, len(x))
+
+
+def test_default_activation_bits() -> None:
+    """Q8_0/Q4_0 decode with 16-bit integer activations, the K-quants with float ones,
+    quantized_activations with 8 bits; other values are refused."""
+    cx = lm.Graph()
+    x = cx.tensor((1, 256))
+    chosen = {}
+    for kind in FORMATS:
+        packed = _packed(kind, 4, 256, seed=1)
+        wt = cx.tensor(packed.shape, dtype=str(packed.dtype))
+        for flag in (False, True):
+            node = cx.nodes[quant_matmul(x, wt, kind, quantized_activations=flag).node_id]
+            chosen[kind, flag] = node.op.reference.activation_bits
+    assert chosen == {
+        **{(kind, True): 8 for kind in FORMATS},
+        ("q8_0", False): 16,
+        ("q4_0", False): 16,
+        ("q4_k", False): 32,
+        ("q6_k", False): 32,
+    }
+    with pytest.raises(
+        lm.DTypeError, match="activation_bits must be 8, 32 or, for Q8_0 and Q4_0, 16; got 16"
+    ):
+        quant_matmul(x, wt, "q6_k", activation_bits=16)
 
 
 def test_matmul_leading_dims_and_errors() -> None:
@@ -58,7 +98,8 @@ def test_matmul_leading_dims_and_errors() -> None:
     y = quant_matmul(xt, wt, "q4_0").retrieve()
     cx.compile(lm.CPUCompiler())
     cx.execute()
-    expected = x @ dequantize(packed.view(np.uint8), "q4_0", (8, 64)).T
+    rows = rounded_activations(x.reshape(6, 64), 16).reshape(x.shape)  # 6 rows: decode
+    expected = rows @ dequantize(packed.view(np.uint8), "q4_0", (8, 64)).T
     np.testing.assert_allclose(y.numpy(), expected, rtol=1e-5, atol=1e-5)
     with pytest.raises(lm.ShapeError, match=r"int32 \(\.\.\., 17\)"):
         quant_matmul(cx.tensor((1, 64)), wt, "q8_0")

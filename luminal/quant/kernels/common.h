@@ -77,29 +77,126 @@ static inline __m256i lq_load32(const void* p) { return _mm256_loadu_si256((cons
 #endif
 
 /* ---------------------------------------------------------------- activations */
-/* One row of k floats -> k int8 values, k/32 scales d and k/32 sums d * sum(q). */
-static void lq_quantize_row(const float* x, int k, int8_t* q, float* d, float* s) {
-    for (int b = 0; b < k / LQ_QK; b++) {
-        const float* xb = x + LQ_QK * b;
-        float amax = 0.0f;
-        for (int i = 0; i < LQ_QK; i++) amax = fmaxf(amax, fabsf(xb[i]));
-        const float db = amax / 127.0f;
-        const float id = db != 0.0f ? 1.0f / db : 0.0f;
-        int sum = 0;
-        for (int i = 0; i < LQ_QK; i++) {
-            const int v = (int)nearbyintf(xb[i] * id);
-            q[LQ_QK * b + i] = (int8_t)v;
-            sum += v;
-        }
-        d[b] = db;
-        s[b] = db * (float)sum;
+/* Activation rows as integers per block of 32, in one of two precisions:
+     8 bits (llama.cpp's Q8): d1 = max|x| / 127, q1 = rint(x / d1), x ~ d1 q1;
+     16 bits, two 8-bit levels: also q2 = rint((x - d1 q1) * 256 / d1) clamped to
+         [-127, 127] (|q2| <= 128 before; -128 would break AVX2's sign trick), so
+         x ~ (d1 / 256)(256 q1 + q2), within max|x| / 32512 (about float16's precision).
+   rint rounds to nearest even (the rounding mode); x - d1 q1 is one fused multiply-add.
+   A block's integer dot product with the weights is then 256 dot(w, q1) + dot(w, q2)
+   (or dot(w, q1)), times `scale` = d1 / 256 (or d1).
+   `qi`/`q2i` hold q1/q2 regrouped for the 512-bit kernels: per group of 4 blocks, the
+   first 16 values of each block, then the last 16 (Q4_0's low and high nibbles); a tail
+   of fewer than 4 blocks stays in order. */
+typedef struct {
+    const int8_t* q;      /* q1 in order */
+    const int8_t* qi;     /* q1 regrouped */
+    const int8_t* q2;     /* q2 in order; NULL with 8 bits */
+    const int8_t* q2i;    /* q2 regrouped; NULL with 8 bits */
+    const float* d1;      /* per block */
+    const float* s;       /* d1 * sum(q1) per block (the K-quants' mins) */
+    const float* scale;   /* per block: d1 / 256, or d1 */
+    const int32_t* qsum;  /* per block: 256 sum(q1) + sum(q2), or sum(q1) */
+} lq_acts;
+
+/* the regrouped position of block b (of nb) */
+static inline void lq_regroup(int8_t* grouped, const int8_t* qb, int b, int nb) {
+    if (b < nb / 4 * 4) {
+        int8_t* g = grouped + 4 * LQ_QK * (b / 4) + 16 * (b % 4);
+        memcpy(g, qb, 16);
+        memcpy(g + 64, qb + 16, 16);
+    } else {
+        memcpy(grouped + LQ_QK * b, qb, LQ_QK);
     }
 }
 
-typedef float (*lq_dot_fn)(const uint8_t* w, const int8_t* q, const float* d, const float* s,
-                           int k);
+/* one row of k floats; q2/q2i NULL: 8 bits */
+static void lq_quantize_row(const float* x, int k, int8_t* q, int8_t* qi, int8_t* q2, int8_t* q2i,
+                            float* d1, float* s, float* scale, int32_t* qsum) {
+    const int nb = k / LQ_QK;
+    for (int b = 0; b < nb; b++) {
+        const float* xb = x + LQ_QK * b;
+        int8_t* qb = q + LQ_QK * b;
+        int8_t* q2b = q2 ? q2 + LQ_QK * b : NULL;
+        int sum = 0, sum2 = 0;
+#if defined(__AVX512F__)
+        const __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);
+        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+        const float db = amax / 127.0f, inverse = db != 0.0f ? 1.0f / db : 0.0f;
+        const __m512 id = _mm512_set1_ps(inverse);
+        const __m512i v0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, id)); /* rint: nearest even */
+        const __m512i v1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, id));
+        _mm_storeu_si128((__m128i*)qb, _mm512_cvtepi32_epi8(v0));
+        _mm_storeu_si128((__m128i*)(qb + 16), _mm512_cvtepi32_epi8(v1));
+        sum = _mm512_reduce_add_epi32(_mm512_add_epi32(v0, v1));
+        if (q2b) {
+            const __m512 d = _mm512_set1_ps(db), id2 = _mm512_set1_ps(inverse * 256.0f);
+            const __m512 r0 = _mm512_fnmadd_ps(d, _mm512_cvtepi32_ps(v0), x0);
+            const __m512 r1 = _mm512_fnmadd_ps(d, _mm512_cvtepi32_ps(v1), x1);
+            const __m512i low = _mm512_set1_epi32(-127); /* not -128: AVX2's sign trick */
+            const __m128i w0 = _mm512_cvtsepi32_epi8(_mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(r0, id2)), low));
+            const __m128i w1 = _mm512_cvtsepi32_epi8(_mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(r1, id2)), low));
+            _mm_storeu_si128((__m128i*)q2b, w0);
+            _mm_storeu_si128((__m128i*)(q2b + 16), w1);
+            sum2 = _mm512_reduce_add_epi32(_mm512_add_epi32(_mm512_cvtepi8_epi32(w0), _mm512_cvtepi8_epi32(w1)));
+        }
+#else
+        float amax = 0.0f;
+        for (int i = 0; i < LQ_QK; i++) amax = fmaxf(amax, fabsf(xb[i]));
+        const float db = amax / 127.0f, inverse = db != 0.0f ? 1.0f / db : 0.0f;
+        for (int i = 0; i < LQ_QK; i++) {
+            const int v = (int)nearbyintf(xb[i] * inverse);
+            qb[i] = (int8_t)v;
+            sum += v;
+            if (q2b) {
+                const int v2 = (int)nearbyintf(fmaf(-db, (float)v, xb[i]) * (inverse * 256.0f));
+                q2b[i] = (int8_t)(v2 < -127 ? -127 : v2 > 127 ? 127 : v2);
+                sum2 += q2b[i];
+            }
+        }
+#endif
+        d1[b] = db;
+        s[b] = db * (float)sum;
+        scale[b] = q2b ? db / 256.0f : db;
+        qsum[b] = q2b ? 256 * sum + sum2 : sum;
+        lq_regroup(qi, qb, b, nb);
+        if (q2b) lq_regroup(q2i, q2b, b, nb);
+    }
+}
+
+typedef float (*lq_dot_fn)(const uint8_t* w, const lq_acts* a, int k);
 typedef float (*lq_fdot_fn)(const uint8_t* w, const float* x, const float* sx, int k);
 typedef void (*lq_dequant_fn)(const uint8_t* w, float* out, int k);
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#define LQ_VNNI512 1
+/* 16 f16 scales at p, p + stride, ..., p + 15 stride, as floats */
+static inline __m512 lq_f16x16(const uint8_t* p, int stride) {
+    const __m512i offsets = _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(stride));
+    const __m512i words = _mm512_i32gather_epi32(offsets, (const void*)p, 1);
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(words));
+}
+
+/* g[i] holds blocks 4i..4i+3 in 4 int32 lanes each -> 16 lanes, one per block */
+static inline __m512i lq_sum16(const __m512i g[4]) {
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    const __m512i ab = _mm512_add_epi32(_mm512_permutex2var_epi32(g[0], even, g[1]),
+                                        _mm512_permutex2var_epi32(g[0], odd, g[1]));
+    const __m512i cd = _mm512_add_epi32(_mm512_permutex2var_epi32(g[2], even, g[3]),
+                                        _mm512_permutex2var_epi32(g[2], odd, g[3]));
+    return _mm512_add_epi32(_mm512_permutex2var_epi32(ab, even, cd), _mm512_permutex2var_epi32(ab, odd, cd));
+}
+
+/* four 16-byte pieces at p, p + stride, p + 2 stride, p + 3 stride in one register */
+static inline __m512i lq_load4x16(const uint8_t* p, int stride) {
+    __m512i z = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i*)p));
+    z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i*)(p + stride)), 1);
+    z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i*)(p + 2 * stride)), 2);
+    return _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i*)(p + 3 * stride)), 3);
+}
+#endif
 
 /* float activations, few rows: per block of 32, the sum of x (for formats with offsets) */
 static void lq_matmul_rows(float* out, const float* x, const uint8_t* w, long long m, int n, int k,
@@ -119,22 +216,31 @@ static void lq_matmul_rows(float* out, const float* x, const uint8_t* w, long lo
     free(sx);
 }
 
+/* activation rows as integers (bits 8 or 16, see lq_acts), then integer dot products */
 static void lq_matmul_quantized(float* out, const float* x, const uint8_t* w, long long m,
-                                int n, int k, long long row_bytes, lq_dot_fn dot) {
-    const int nb = k / LQ_QK;
-    int8_t* q = (int8_t*)malloc((size_t)m * k);
-    float* d = (float*)malloc(sizeof(float) * (size_t)m * nb);
-    float* s = (float*)malloc(sizeof(float) * (size_t)m * nb);
-    for (long long r = 0; r < m; r++) lq_quantize_row(x + r * k, k, q + r * k, d + r * nb, s + r * nb);
+                                int n, int k, long long row_bytes, int bits, lq_dot_fn dot) {
+    const int nb = k / LQ_QK, levels = bits == 16 ? 2 : 1;
+    int8_t* q = (int8_t*)aligned_alloc(64, (size_t)(2 * levels * m * k + 64));
+    float* f = (float*)malloc(sizeof(float) * 3 * (size_t)m * nb);
+    int32_t* qsum = (int32_t*)malloc(sizeof(int32_t) * (size_t)m * nb);
+    lq_acts* acts = (lq_acts*)malloc(sizeof(lq_acts) * (size_t)m);
+    for (long long r = 0; r < m; r++) {
+        int8_t* q1 = q + 2 * levels * r * k;
+        int8_t* q2 = levels == 2 ? q1 + 2 * k : NULL;
+        float* d1 = f + 3 * r * nb;
+        lq_quantize_row(x + r * k, k, q1, q1 + k, q2, q2 ? q2 + k : NULL, d1, d1 + nb, d1 + 2 * nb,
+                        qsum + r * nb);
+        acts[r] = (lq_acts){q1, q1 + k, q2, q2 ? q2 + k : NULL, d1, d1 + nb, d1 + 2 * nb, qsum + r * nb};
+    }
 #pragma omp parallel for schedule(static)
     for (int j = 0; j < n; j++) {
         const uint8_t* row = w + (long long)j * row_bytes;
-        for (long long r = 0; r < m; r++)
-            out[r * n + j] = dot(row, q + r * k, d + r * nb, s + r * nb, k);
+        for (long long r = 0; r < m; r++) out[r * n + j] = dot(row, acts + r, k);
     }
     free(q);
-    free(d);
-    free(s);
+    free(f);
+    free(qsum);
+    free(acts);
 }
 
 /* ---------------------------------------------------------------- float path */
@@ -199,15 +305,15 @@ static void lq_matmul_float(float* out, const float* x, const uint8_t* w, long l
     }
 }
 
+/* bits: the activations' precision on the few-row path (8, 16: integer dots; 32: float) */
 static inline void lq_matmul(float* out, const float* x, const uint8_t* w, long long m, int n,
-                             int k, long long row_bytes, long long prefill_rows,
-                             int quantized_activations, lq_dot_fn dot, lq_fdot_fn fdot,
-                             lq_dequant_fn dequant) {
+                             int k, long long row_bytes, long long prefill_rows, int bits,
+                             lq_dot_fn dot, lq_fdot_fn fdot, lq_dequant_fn dequant) {
     if (m <= 0) return;
     if (m >= prefill_rows)
         lq_matmul_float(out, x, w, m, n, k, row_bytes, dequant);
-    else if (quantized_activations)
-        lq_matmul_quantized(out, x, w, m, n, k, row_bytes, dot);
+    else if (bits == 8 || bits == 16)
+        lq_matmul_quantized(out, x, w, m, n, k, row_bytes, bits, dot);
     else
         lq_matmul_rows(out, x, w, m, n, k, row_bytes, fdot);
 }

@@ -10,32 +10,96 @@ static inline __m256i lq_q4_0_values(const uint8_t* blk) {
 }
 #endif
 
-static float lq_dot_q4_0(const uint8_t* w, const int8_t* q, const float* d, const float* s, int k) {
-    (void)s;
+#if defined(LQ_VNNI512)
+/* 4 blocks from p: their 4 x 16 bytes of nibbles in one register; `head` gets the first
+   64 bytes, which hold the 4 scales (16-bit words 0, 9, 18, 27). */
+static inline __m512i lq_q4_0_group(const uint8_t* p, __m512i* head) {
+    *head = _mm512_loadu_si512(p);
+#if defined(__AVX512VBMI__)
+    /* byte 16 j + i is at 2 + 18 j + i: from head below 64, else from p + 8 */
+    const __m512i index = _mm512_set_epi8(
+        127, 126, 125, 124, 123, 122, 121, 120, 63, 62, 61, 60, 59, 58, 57, 56,
+        53, 52, 51, 50, 49, 48, 47, 46, 45, 44, 43, 42, 41, 40, 39, 38,
+        35, 34, 33, 32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20,
+        17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2);
+    return _mm512_permutex2var_epi8(*head, index, _mm512_loadu_si512(p + 8));
+#else
+    return lq_load4x16(p + 2, LQ_Q4_0_BYTES);
+#endif
+}
+
+/* each byte's high nibble, as a byte: one affine bit-matrix op with GFNI */
+static inline __m512i lq_high_nibbles(__m512i raw) {
+#if defined(__GFNI__)
+    return _mm512_gf2p8affine_epi64_epi8(raw, _mm512_set1_epi64(0x1020408000000000LL), 0);
+#else
+    return _mm512_and_si512(_mm512_srli_epi16(raw, 4), _mm512_set1_epi8(0x0F));
+#endif
+}
+
+/* the 16 scales of 4 groups' heads, as floats */
+static inline __m512 lq_q4_0_scales16(const __m512i head[4]) {
+    const __m512i pick = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                          0, 0, 0, 0, 0, 0, 0, 0, 59, 50, 41, 32, 27, 18, 9, 0);
+    const __m512i join = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                          39, 38, 37, 36, 35, 34, 33, 32, 7, 6, 5, 4, 3, 2, 1, 0);
+    const __m512i first = _mm512_permutex2var_epi16(head[0], pick, head[1]);
+    const __m512i second = _mm512_permutex2var_epi16(head[2], pick, head[3]);
+    return _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi16(first, join, second)));
+}
+#endif
+
+static inline int lq_q4_0_block_dot(const uint8_t* blk, const int8_t* q) {
+#if defined(LQ_AVX2)
+    const __m256i p = lq_dot_s8s8(lq_q4_0_values(blk), lq_load32(q));
+    const __m128i h = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
+    const __m128i h2 = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4E));
+    return _mm_cvtsi128_si32(_mm_add_epi32(h2, _mm_shuffle_epi32(h2, 0xB1)));
+#else
+    int isum = 0;
+    for (int i = 0; i < LQ_QK / 2; i++) {
+        isum += ((blk[2 + i] & 0x0F) - 8) * q[i];
+        isum += ((blk[2 + i] >> 4) - 8) * q[i + LQ_QK / 2];
+    }
+    return isum;
+#endif
+}
+
+/* integer dots (see lq_acts); with VNNI, nibbles (unsigned) times q, less 8 * sum(q) */
+static float lq_dot_q4_0(const uint8_t* w, const lq_acts* a, int k) {
     const int nb = k / LQ_QK;
     int b = 0;
     float sum = 0.0f;
-#if defined(LQ_AVX2)
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    for (; b + 2 <= nb; b += 2) {
-        const uint8_t* b0 = w + (long long)b * LQ_Q4_0_BYTES;
-        const uint8_t* b1 = b0 + LQ_Q4_0_BYTES;
-        const __m256 p0 = _mm256_cvtepi32_ps(lq_dot_s8s8(lq_q4_0_values(b0), lq_load32(q + LQ_QK * b)));
-        const __m256 p1 = _mm256_cvtepi32_ps(lq_dot_s8s8(lq_q4_0_values(b1), lq_load32(q + LQ_QK * (b + 1))));
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(lq_f16(b0) * d[b]), p0, acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(lq_f16(b1) * d[b + 1]), p1, acc1);
+#if defined(LQ_VNNI512)
+    const __m512i mask = _mm512_set1_epi8(0x0F);
+    __m512 acc = _mm512_setzero_ps();
+    for (; b + 16 <= nb; b += 16) {
+        const uint8_t* p = w + (long long)b * LQ_Q4_0_BYTES;
+        __m512i g[4], head[4];
+        for (int i = 0; i < 4; i++) {
+            const __m512i raw = lq_q4_0_group(p + 4 * i * LQ_Q4_0_BYTES, &head[i]);
+            const __m512i low = _mm512_and_si512(raw, mask), high = lq_high_nibbles(raw);
+            const long long at = LQ_QK * (b + 4 * i);
+            g[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), low, _mm512_loadu_si512(a->qi + at));
+            g[i] = _mm512_dpbusd_epi32(g[i], high, _mm512_loadu_si512(a->qi + at + 64));
+            if (a->q2i) {
+                g[i] = _mm512_slli_epi32(g[i], 8);
+                g[i] = _mm512_dpbusd_epi32(g[i], low, _mm512_loadu_si512(a->q2i + at));
+                g[i] = _mm512_dpbusd_epi32(g[i], high, _mm512_loadu_si512(a->q2i + at + 64));
+            }
+        }
+        const __m512i offset = _mm512_slli_epi32(_mm512_loadu_si512(a->qsum + b), 3);
+        const __m512 dots = _mm512_cvtepi32_ps(_mm512_sub_epi32(lq_sum16(g), offset));
+        const __m512 scales = _mm512_mul_ps(lq_q4_0_scales16(head), _mm512_loadu_ps(a->scale + b));
+        acc = _mm512_fmadd_ps(scales, dots, acc);
     }
-    sum = lq_hsum8(_mm256_add_ps(acc0, acc1));
+    sum = _mm512_reduce_add_ps(acc);
 #endif
     for (; b < nb; b++) {
         const uint8_t* blk = w + (long long)b * LQ_Q4_0_BYTES;
-        const int8_t* qb = q + LQ_QK * b;
-        int isum = 0;
-        for (int i = 0; i < LQ_QK / 2; i++) {
-            isum += ((blk[2 + i] & 0x0F) - 8) * qb[i];
-            isum += ((blk[2 + i] >> 4) - 8) * qb[i + LQ_QK / 2];
-        }
-        sum += lq_f16(blk) * d[b] * (float)isum;
+        int isum = lq_q4_0_block_dot(blk, a->q + LQ_QK * b);
+        if (a->q2) isum = 256 * isum + lq_q4_0_block_dot(blk, a->q2 + LQ_QK * b);
+        sum += lq_f16(blk) * a->scale[b] * (float)isum;
     }
     return sum;
 }

@@ -12,7 +12,10 @@ static inline void lq_q4_k_scales(const uint8_t* p, uint8_t* scales, uint8_t* mi
     }
 }
 
-static float lq_dot_q4_k(const uint8_t* w, const int8_t* q, const float* d, const float* s, int k) {
+static float lq_dot_q4_k(const uint8_t* w, const lq_acts* a, int k) {
+    const int8_t* q = a->q;
+    const float* d = a->d1;
+    const float* s = a->s;
     const int nsb = k / 256;
     float sum = 0.0f, offset = 0.0f;
 #if defined(LQ_AVX2)

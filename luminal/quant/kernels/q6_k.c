@@ -10,8 +10,9 @@ static inline int lq_q6_k_value(const uint8_t* blk, int h, int g, int l) {
     return (nibble | (((blk[128 + 32 * h + l] >> (2 * g)) & 3) << 4)) - 32;
 }
 
-static float lq_dot_q6_k(const uint8_t* w, const int8_t* q, const float* d, const float* s, int k) {
-    (void)s;
+static float lq_dot_q6_k(const uint8_t* w, const lq_acts* a, int k) {
+    const int8_t* q = a->q;
+    const float* d = a->d1;
     float sum = 0.0f;
 #if defined(LQ_AVX2)
     __m256 acc = _mm256_setzero_ps();

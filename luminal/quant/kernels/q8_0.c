@@ -1,29 +1,56 @@
 /* Q8_0: blocks of 34 bytes, [d: f16][q: 32 x int8]; w = d * q. */
 #define LQ_Q8_0_BYTES 34
 
-static float lq_dot_q8_0(const uint8_t* w, const int8_t* q, const float* d, const float* s, int k) {
-    (void)s;
+static inline int lq_q8_0_block_dot(const uint8_t* blk, const int8_t* q) {
+#if defined(LQ_AVX2)
+    const __m256i p = lq_dot_s8s8(lq_load32(blk + 2), lq_load32(q));
+    const __m128i h = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
+    const __m128i h2 = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4E));
+    return _mm_cvtsi128_si32(_mm_add_epi32(h2, _mm_shuffle_epi32(h2, 0xB1)));
+#else
+    const int8_t* wq = (const int8_t*)(blk + 2);
+    int isum = 0;
+    for (int i = 0; i < LQ_QK; i++) isum += wq[i] * q[i];
+    return isum;
+#endif
+}
+
+/* integer dots (see lq_acts); with VNNI, w + 128 (unsigned) times q, less 128 * sum(q) */
+static float lq_dot_q8_0(const uint8_t* w, const lq_acts* a, int k) {
     const int nb = k / LQ_QK;
     int b = 0;
     float sum = 0.0f;
-#if defined(LQ_AVX2)
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    for (; b + 2 <= nb; b += 2) {
-        const uint8_t* b0 = w + (long long)b * LQ_Q8_0_BYTES;
-        const uint8_t* b1 = b0 + LQ_Q8_0_BYTES;
-        const __m256 p0 = _mm256_cvtepi32_ps(lq_dot_s8s8(lq_load32(b0 + 2), lq_load32(q + LQ_QK * b)));
-        const __m256 p1 = _mm256_cvtepi32_ps(lq_dot_s8s8(lq_load32(b1 + 2), lq_load32(q + LQ_QK * (b + 1))));
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(lq_f16(b0) * d[b]), p0, acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(lq_f16(b1) * d[b + 1]), p1, acc1);
+#if defined(LQ_VNNI512)
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    __m512 acc = _mm512_setzero_ps();
+    for (; b + 16 <= nb; b += 16) {
+        const uint8_t* p = w + (long long)b * LQ_Q8_0_BYTES;
+        __m512i g[4];
+        for (int i = 0; i < 4; i++) {
+            const uint8_t* blk = p + 4 * i * LQ_Q8_0_BYTES;
+            const long long at = LQ_QK * (b + 4 * i);
+            const __m512i first = _mm512_xor_si512(lq_load4x16(blk + 2, LQ_Q8_0_BYTES), bias);
+            const __m512i second = _mm512_xor_si512(lq_load4x16(blk + 18, LQ_Q8_0_BYTES), bias);
+            g[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), first, _mm512_loadu_si512(a->qi + at));
+            g[i] = _mm512_dpbusd_epi32(g[i], second, _mm512_loadu_si512(a->qi + at + 64));
+            if (a->q2i) {
+                g[i] = _mm512_slli_epi32(g[i], 8);
+                g[i] = _mm512_dpbusd_epi32(g[i], first, _mm512_loadu_si512(a->q2i + at));
+                g[i] = _mm512_dpbusd_epi32(g[i], second, _mm512_loadu_si512(a->q2i + at + 64));
+            }
+        }
+        const __m512i offset = _mm512_slli_epi32(_mm512_loadu_si512(a->qsum + b), 7);
+        const __m512 dots = _mm512_cvtepi32_ps(_mm512_sub_epi32(lq_sum16(g), offset));
+        const __m512 scales = _mm512_mul_ps(lq_f16x16(p, LQ_Q8_0_BYTES), _mm512_loadu_ps(a->scale + b));
+        acc = _mm512_fmadd_ps(scales, dots, acc);
     }
-    sum = lq_hsum8(_mm256_add_ps(acc0, acc1));
+    sum = _mm512_reduce_add_ps(acc);
 #endif
     for (; b < nb; b++) {
         const uint8_t* blk = w + (long long)b * LQ_Q8_0_BYTES;
-        const int8_t* wq = (const int8_t*)(blk + 2);
-        int isum = 0;
-        for (int i = 0; i < LQ_QK; i++) isum += wq[i] * q[LQ_QK * b + i];
-        sum += lq_f16(blk) * d[b] * (float)isum;
+        int isum = lq_q8_0_block_dot(blk, a->q + LQ_QK * b);
+        if (a->q2) isum = 256 * isum + lq_q8_0_block_dot(blk, a->q2 + LQ_QK * b);
+        sum += lq_f16(blk) * a->scale[b] * (float)isum;
     }
     return sum;
 }
