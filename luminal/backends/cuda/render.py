@@ -19,7 +19,7 @@ from luminal.backends.opencl.render import OpenCLRenderer
 from luminal.dtype import DType
 from luminal.kernel import ir
 from luminal.kernel.gpu import Launch
-from luminal.render.c import dim_name
+from luminal.render.c import CRenderer, dim_name
 
 PRELUDE = r"""/* luminal CUDA helpers: numpy's semantics where C's differ or trap */
 #include <cuda_fp16.h>
@@ -80,7 +80,6 @@ class CUDARenderer(OpenCLRenderer):
     restrict = " __restrict__"
     math_functions = {"sqrt": "sqrtf", "sin": "sinf", "exp2": "exp2f", "log2": "log2f"}
     fault_param = "int* __restrict__ lm_fault, int lm_site"
-    dim_type = "long long"
     prelude = PRELUDE
 
     def program(self, launches: list[Launch]) -> tuple[list[str], str]:
@@ -96,45 +95,38 @@ class CUDARenderer(OpenCLRenderer):
         kernels = "".join(sources[n] for n in sorted(sources))
         return names, self.prelude + "".join(preludes) + kernels
 
-    def work_item_id(self, kind: str, axis: int) -> str:
-        """The id of this work-item on `axis` for a `gpu_global` or `gpu_local` loop."""
-        a = AXES[axis]
-        if kind == "gpu_local":
+    # the C-style base's work-item loops, local memory and barriers, with CUDA's spellings
+    # (OpenCLRenderer overrides them with OpenCL built-ins)
+    local_qualifier = "__shared__"
+    barrier_text = "__syncthreads();"
+    gpu_loop = CRenderer.gpu_loop
+    stmt_localmemory = CRenderer.stmt_localmemory
+    stmt_barrier = CRenderer.stmt_barrier
+
+    def gpu_index(self, loop: ir.Loop) -> str:
+        """The work-item's id on its loop's axis: global for `gpu_global`, within the
+        block for `gpu_local`."""
+        a = AXES[self._axes[loop.var]]
+        if loop.kind == "gpu_local":
             return f"(long long)threadIdx.{a}"
         return f"((long long)blockIdx.{a} * blockDim.{a} + threadIdx.{a})"
 
     def signature(self, kernel: ir.Kernel, name: str) -> str:
         params = [self.param(position, p) for position, p in enumerate(kernel.params)]
-        params += [f"const {self.dim_type} {dim_name(n)}" for n in kernel.dims]
+        params += [f"const {self.index_type} {dim_name(n)}" for n in kernel.dims]
         if kernel.reports_faults:
             params.append(self.fault_param)
         return f"{self.kernel_prefix} {name}({', '.join(params)})"
 
-    def gpu_loop(self, loop: ir.Loop, depth: int) -> list[str]:
-        head = f"const long long {loop.var} = {self.work_item_id(loop.kind, self._axes[loop.var])};"
-        return [
-            *self.line(head, depth),
-            *self.line(f"if ({loop.var} < {self.index(loop.extent)}) {{", depth),
-            *self.statements(loop.body, depth + 1),
-            *self.line("}", depth),
-        ]
-
-    def stmt_localmemory(self, stmt: ir.LocalMemory, depth: int) -> list[str]:
-        ctype = self.compute_types[stmt.dtype]
-        return self.line(f"__shared__ {ctype} {stmt.name}[{stmt.size.as_int()}];", depth)
-
-    def stmt_barrier(self, stmt: ir.Barrier, depth: int) -> list[str]:
-        return self.line("__syncthreads();", depth)
-
     # ------------------------------------------------------------------ half precision
     def value_load(self, load: ir.Load) -> str:
-        text = f"b{load.param}[{self.index(load.index)}]"
+        text = f"{self.buffer(load.param)}[{self.index(load.index)}]"
         if load.dtype == DType.float16:
             return f"__half2float({text})"
         return self.from_storage(text, load.dtype)
 
     def stmt_store(self, stmt: ir.Store, depth: int) -> list[str]:
-        target = f"b{stmt.param}[{self.index(stmt.index)}]"
+        target = f"{self.buffer(stmt.param)}[{self.index(stmt.index)}]"
         value = self.value(stmt.value)
         if stmt.dtype == DType.float16:
             return self.line(f"{target} = __float2half_rn({value});", depth)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from luminal.backends.opencl.render import OpenCLRenderer
 from luminal.dtype import DType
 from luminal.kernel import ir
-from luminal.render.c import dim_name
+from luminal.render.c import CRenderer, dim_name
 
 PRELUDE = r"""/* luminal Metal helpers: numpy's semantics where C's differ or trap */
 #include <metal_stdlib>
@@ -112,35 +112,32 @@ class MetalRenderer(OpenCLRenderer):
 
     def dim_locals(self, kernel: ir.Kernel) -> str:
         return "".join(
-            f"    threadgroup {self.compute_types[m.dtype]} {m.name}[{m.size.as_int()}];\n"
+            f"    threadgroup {self.storage_types[m.dtype]} {m.name}[{self.index(m.size)}];\n"
             for m in self._locals
         )
 
-    def gpu_loop(self, loop: ir.Loop, depth: int) -> list[str]:
+    # the C-style base's work-item loops and barriers, with Metal's spellings
+    # (OpenCLRenderer overrides them with OpenCL built-ins)
+    barrier_text = "threadgroup_barrier(mem_flags::mem_threadgroup);"
+    gpu_loop = CRenderer.gpu_loop
+    stmt_barrier = CRenderer.stmt_barrier
+
+    def gpu_index(self, loop: ir.Loop) -> str:
         position = "lm_lid" if loop.kind == "gpu_local" else "lm_gid"
-        head = f"const long {loop.var} = (long){position}.{AXES[self._axes[loop.var]]};"
-        return [
-            *self.line(head, depth),
-            *self.line(f"if ({loop.var} < {self.index(loop.extent)}) {{", depth),
-            *self.statements(loop.body, depth + 1),
-            *self.line("}", depth),
-        ]
+        return f"(long){position}.{AXES[self._axes[loop.var]]}"
 
     def stmt_localmemory(self, stmt: ir.LocalMemory, depth: int) -> list[str]:
         return self.line(f"/* threadgroup {stmt.name}: declared at the top */", depth)
 
-    def stmt_barrier(self, stmt: ir.Barrier, depth: int) -> list[str]:
-        return self.line("threadgroup_barrier(mem_flags::mem_threadgroup);", depth)
-
     # ------------------------------------------------------------------ half precision
     def value_load(self, load: ir.Load) -> str:
-        text = f"b{load.param}[{self.index(load.index)}]"
+        text = f"{self.buffer(load.param)}[{self.index(load.index)}]"
         if load.dtype == DType.float16:
             return f"((float){text})"
         return self.from_storage(text, load.dtype)
 
     def stmt_store(self, stmt: ir.Store, depth: int) -> list[str]:
-        target = f"b{stmt.param}[{self.index(stmt.index)}]"
+        target = f"{self.buffer(stmt.param)}[{self.index(stmt.index)}]"
         value = self.value(stmt.value)
         if stmt.dtype == DType.float16:
             return self.line(f"{target} = (half)({value});", depth)

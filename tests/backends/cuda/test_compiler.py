@@ -12,8 +12,14 @@ import numpy as np
 import pytest
 
 import luminal as lm
-from luminal.backends.cuda import runtime, wmma
+from luminal.backends.cuda import runtime, toolchain, wmma
 from luminal.backends.cuda.compiler import CUDACompiler
+from luminal.backends.cuda.render import CUDARenderer
+from luminal.dtype import DType
+from luminal.kernel import ir
+from luminal.kernel.gpu import Launch
+from luminal.kernel.indexing import loop_index
+from luminal.shape.expr import sym
 from tests.backends.golden_cases import CASES
 
 ARCHES = ("sm_80", "sm_90")
@@ -140,3 +146,38 @@ def test_unknown_architecture_and_mode_are_named() -> None:
         lm.CUDACompiler(arch=("sm_80", "hopper"))
     with pytest.raises(lm.CompileError, match="unknown mode 'fastest'"):
         lm.CUDACompiler(mode="fastest")
+
+
+def test_shared_memory_and_barriers_compile() -> None:
+    """A work-group sum staged in local memory: `__shared__`, `__syncthreads()` and the
+    block-local id, accepted by NVRTC and ptxas."""
+    f32 = DType.float32
+    lane, r = loop_index("l0_", sym(64)), loop_index("r0_", sym(64))
+    total = ir.Loop(
+        "r0_",
+        sym(64),
+        "reduce",
+        (ir.Accumulate("acc", "add", ir.Load("stage", r, f32)),),
+        reductions=(ir.Reduction("acc", "add", f32),),
+    )
+    body = (
+        ir.Loop(
+            "l0_",
+            sym(64),
+            "gpu_local",
+            (
+                ir.LocalMemory("stage", f32, sym(64)),
+                ir.Store("stage", lane, ir.Load(1, lane, f32), f32),
+                ir.Barrier(),
+                total,
+                ir.Store(0, lane, ir.Var("acc", f32), f32),
+            ),
+        ),
+    )
+    kernel = ir.Kernel("staged", (ir.Param(2, f32, output=True), ir.Param(1, f32)), (), body, (2,))
+    names, source = CUDARenderer().program([Launch(kernel, (sym(64),), (64,))])
+    assert "__shared__ float stage[64];" in source and "__syncthreads();" in source
+    assert "const long long l0_ = (long long)threadIdx.x;" in source
+    module = toolchain.build(source, names, ARCHES)
+    for binary in module.binaries.values():
+        assert b".shared" in binary.ptx and b"bar.sync" in binary.ptx

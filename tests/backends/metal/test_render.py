@@ -80,7 +80,7 @@ def test_golden_sources_type_check_against_a_metal_stand_in(
     assert done.returncode == 0, done.stderr[:3000]
 
 
-def test_threadgroup_memory_is_declared_at_the_top_when_staged() -> None:
+def test_threadgroup_memory_is_declared_at_the_top_when_staged(tmp_path: Path) -> None:
     """A kernel that stages a row in threadgroup memory (a work-group sum): the array is
     declared at function scope, the barrier is Metal's, the ids are the thread's."""
     f32 = DType.float32
@@ -92,8 +92,9 @@ def test_threadgroup_memory_is_declared_at_the_top_when_staged() -> None:
             "gpu_local",
             (
                 ir.LocalMemory("stage", f32, sym(64)),
-                ir.Store(0, lane, ir.Load(1, lane, f32), f32),
+                ir.Store("stage", lane, ir.Load(1, lane, f32), f32),
                 ir.Barrier(),
+                ir.Store(0, lane, ir.Load("stage", 63 - lane, f32), f32),
             ),
         ),
     )
@@ -104,6 +105,12 @@ def test_threadgroup_memory_is_declared_at_the_top_when_staged() -> None:
     assert source[opening:].splitlines()[1] == "    threadgroup float stage[64];"
     assert "threadgroup_barrier(mem_flags::mem_threadgroup);" in source
     assert "const long l0_ = (long)lm_lid.x;" in source
+    assert "stage[l0_] = b1[l0_];" in source and "b0[l0_] = stage[(-l0_ + 63)];" in source
+    path = tmp_path / "staged.metal"
+    path.write_text(source)
+    command = ["g++", "-std=c++17", "-fsyntax-only", "-Wno-attributes", f"-I{SHIM}", "-x", "c++"]
+    done = subprocess.run([*command, str(path)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[:2000]
 
 
 def test_build_and_compile_off_apple_name_what_is_missing() -> None:
