@@ -19,7 +19,7 @@ of the local size).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from luminal import ops
@@ -93,9 +93,22 @@ class GpuProgram:
 Special = Callable[[Graph, Node, set[int], list[str]], "ir.Kernel | Launch | None"]
 
 
-def lower_gpu(graph: Graph, special: Special | None = None) -> GpuProgram:
-    """The launches of a graph after the e-graph: the schedule's kernels (contractions as
-    loop kernels: no BLAS on a GPU), each as GPU launches; Python functions as host steps."""
+def lower_gpu(
+    graph: Graph,
+    special: Special | None = None,
+    tile: int | None = None,
+    tiles: Mapping[int, int] | None = None,
+) -> GpuProgram:
+    """The launches of a graph after the e-graph: the schedule's kernels, each as GPU
+    launches; Python functions as host steps. A matrix product is a tiled kernel staging
+    its operands in local memory (`gpu_matmul`: `tile` elements square, by default
+    `DEFAULT_TILE`; `tiles` overrides it per node; 0 is the plain loop kernel), other
+    contractions loop kernels (no BLAS on a GPU).
+    `special` may supply a backend's own kernel for a node first."""
+    from luminal.kernel.gpu_matmul import DEFAULT_TILE, tiled_matmul
+
+    tile = DEFAULT_TILE if tile is None else tile
+    tiles = tiles or {}
     plan = plan_fusion(graph)
     materialised = set(plan.materialised) | set(plan.inputs)
     dims = dims_of(graph)
@@ -118,6 +131,9 @@ def lower_gpu(graph: Graph, special: Special | None = None) -> GpuProgram:
         chosen = kernels.get(node_id)
         if chosen is None and special is not None:
             chosen = special(graph, node, materialised, dims)
+        size = tiles.get(node_id, tile)
+        if chosen is None and size:
+            chosen = tiled_matmul(graph, node, materialised, dims, size)
         if chosen is None:
             chosen = _node_kernel(graph, node, materialised, dims)
         launches = [chosen] if isinstance(chosen, Launch) else to_gpu(chosen)

@@ -18,6 +18,7 @@ from luminal.compiler.passes import GenericCompiler
 from luminal.errors import CompileError
 from luminal.graph import Graph
 from luminal.kernel.gpu import GpuProgram, lower_gpu
+from luminal.kernel.gpu_matmul import DEFAULT_TILE, TILES
 from luminal.search.budget import TimeBudget
 from luminal.search.outputs import read_outputs
 from luminal.search.strategy import check_outputs
@@ -33,7 +34,9 @@ class OpenCLCompiler:
     `lm.backends.opencl.toolchain.all_devices()` or a substring of its name (None: the
     first GPU, else any device that builds programs; `$LUMINAL_OPENCL_DEVICE` overrides).
     `verify` runs the compiled graph and the reference runtime on the same inputs and
-    raises CompileError when they differ; `cache` keeps built programs on disk.
+    raises CompileError when they differ; `cache` keeps built programs on disk. `tile` is
+    the tile size of matrix products staged in local memory (4, 8, 16 or 32; 0: one
+    work-item per output element reading its whole row and column).
     `render(graph)` and `build(graph)` give the program's source and built program
     without changing the graph."""
 
@@ -47,12 +50,16 @@ class OpenCLCompiler:
         rtol: float = 1e-3,
         atol: float = 1e-4,
         cache: bool = True,
+        tile: int = DEFAULT_TILE,
     ) -> None:
         if not (mode in MODES or isinstance(mode, TimeBudget)):
             raise CompileError(
                 f"OpenCLCompiler: unknown mode {mode!r}; expected one of {MODES} or "
                 "lm.TimeBudget(seconds)"
             )
+        if tile and tile not in TILES:
+            raise CompileError(f"OpenCLCompiler: tile {tile!r} is not one of {TILES} or 0")
+        self.tile = tile
         self.device = device
         self.mode = mode
         self.verify = verify
@@ -84,7 +91,7 @@ class OpenCLCompiler:
         graph.compile(GenericCompiler())
         graph.compile(EGraphCompiler(rulesets=RULESETS))
         graph.compile(GenericCompiler())
-        return lower_gpu(graph)
+        return lower_gpu(graph, tile=self.tile)
 
     def render(self, graph: Graph) -> str:
         """The OpenCL C program the graph compiles to (no device needed); the graph is

@@ -187,3 +187,27 @@ def test_no_device_is_a_compile_error_naming_what_is_missing(monkeypatch):
         cx.compile(lm.OpenCLCompiler())
     assert cx.compiled is None
     cx.execute()  # the graph still runs on the reference runtime
+
+
+@pytest.mark.parametrize("tile", [0, 4, 8, 32])
+def test_matrix_products_tiled_in_local_memory_for_every_tile_size(rng, tile):
+    """Sizes that are not multiples of the tile, a batch, a fused transpose and scale,
+    and a symbolic M: every work-item meets the barriers, only stores are guarded."""
+    cx = lm.Graph()
+    a = cx.tensor(("m", 37)).set(uniform(rng, (50, 37)))
+    b = cx.tensor((37, 29)).set(uniform(rng, (37, 29)))
+    c = cx.tensor((3, 29, 5)).set(uniform(rng, (3, 29, 5)))
+    outs = [(a @ b).retrieve(), (a[:7] @ b @ c).retrieve(), (a.exp() @ (b.T * 2).T).retrieve()]
+    source = OpenCLCompiler(tile=tile).render(cx)
+    staged = source.count(f"__local float lm_tile_a[{tile * tile}];")
+    assert staged == (4 if tile else 0) and ("barrier(CLK_LOCAL_MEM_FENCE);" in source) == bool(
+        tile
+    )
+    expected = reference_outputs(cx, outs)
+    cx.compile(OpenCLCompiler(tile=tile))
+    cx.execute()
+    for out, want in zip(outs, expected, strict=True):
+        np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-4)
+    a.set(uniform(rng, (3, 37)))  # M smaller than a tile and than the slice
+    cx.execute()
+    np.testing.assert_allclose(outs[0].numpy(), a.numpy() @ b.numpy(), rtol=1e-5, atol=1e-5)
