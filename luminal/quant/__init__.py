@@ -6,7 +6,8 @@ and computed with directly.
   kernels read packed blocks (integer dot products for decode, dequantise-then-FMA for
   prefill) and whose numpy references keep the reference runtime the oracle.
 - `QuantLinear`, `QuantEmbedding`: `nn.Linear` / `nn.Embedding` with packed weights.
-- `load_gguf_model(path, cx)`: a Llama GGUF file, memory-mapped and used in place;
+- `load_gguf_model(path, cx)`: a Llama GGUF file, memory-mapped and used in place, its
+  embedded vocabulary as `model.tokenizer` (`gguf_tokenizer`);
   `quantize_pretrained(cls, folder, cx, "q8_0")`: a float checkpoint quantized at load.
 """
 
@@ -29,6 +30,7 @@ from luminal.quant.loading import (
 from luminal.quant.modules import QuantEmbedding, QuantLinear
 from luminal.quant.ops import dequantize_rows, quant_matmul
 from luminal.quant.reference import PREFILL_ROWS, quantize_activations
+from luminal.quant.tokenizer import gguf_tokenizer
 
 load_gguf_llama = load_gguf_model  # the name the issue's plan used
 
@@ -44,6 +46,7 @@ __all__ = [
     "block_format",
     "dequantize",
     "dequantize_rows",
+    "gguf_tokenizer",
     "load_gguf_llama",
     "load_gguf_model",
     "quant_matmul",

@@ -26,6 +26,7 @@ from luminal.nn.layers import Embedding, Linear
 from luminal.nn.module import Module, build_then_load, skip_init
 from luminal.quant.formats import SUPPORTED, BlockFormat, block_format, quantize
 from luminal.quant.modules import QuantEmbedding, QuantLinear
+from luminal.quant.tokenizer import gguf_tokenizer
 from luminal.weights.gguf_io import (
     DERIVED_TENSORS,
     dequantize,
@@ -190,8 +191,9 @@ def load_gguf_model(
     """The model a GGUF file holds, its Q8_0/Q4_0/Q4_K/Q6_K matrices kept packed in the
     memory-mapped file. `quantized_activations`: decode with llama.cpp's 8-bit
     activations and integer dot products (not a function the compile-time check can
-    compare closely: compile with `lm.CPUCompiler(verify=False)`). On any error the
-    graph is left as it was."""
+    compare closely: compile with `lm.CPUCompiler(verify=False)`). The file's embedded
+    vocabulary, if any, becomes `model.tokenizer` (`luminal.quant.tokenizer`). On any
+    error the graph is left as it was."""
     graph = Graph() if graph is None else graph
     tensors, metadata = read_gguf(path)
     arch = metadata.get("general.architecture")
@@ -231,8 +233,11 @@ def load_gguf_model(
             tied = PackedModule("lm_head", embed.format, None, embed.path, quantized_activations)
             layout.append(tied)
             state["lm_head.weight"] = state[f"{embed.path}.weight"]
+    tokenizer = gguf_tokenizer(metadata, f"load_gguf_model: {str(path)!r}")
     model_cls = quantized_class(cls, tuple(sorted(layout))) if layout else cls
-    return build_then_load(graph, lambda: model_cls(graph, config), lambda: state)
+    model = build_then_load(graph, lambda: model_cls(graph, config), lambda: state)
+    model.tokenizer = tokenizer
+    return model
 
 
 # ---------------------------------------------------------------- quantizing at load
