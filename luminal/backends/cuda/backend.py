@@ -8,7 +8,8 @@ from typing import Any
 
 from luminal.backends import Capabilities
 from luminal.backends.cuda import runtime, toolchain
-from luminal.backends.cuda.compiler import RULESETS, CUDACompiler, gpu_program
+from luminal.backends.cuda.compiler import CUDACompiler, gpu_program
+from luminal.backends.gpu_compiler import RULESETS
 from luminal.backends.gpu_runtime import GpuCompiledGraph
 from luminal.dtype import DType
 

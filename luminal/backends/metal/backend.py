@@ -7,9 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 from luminal.backends import Capabilities
+from luminal.backends.gpu_compiler import RULESETS
 from luminal.backends.gpu_runtime import GpuCompiledGraph
 from luminal.backends.metal import runtime
-from luminal.backends.metal.compiler import RULESETS, MetalCompiler
+from luminal.backends.metal.compiler import MetalCompiler
 from luminal.dtype import DType
 from luminal.kernel.gpu import lower_gpu
 

@@ -15,6 +15,7 @@ import luminal as lm
 from luminal.backends.cuda import runtime, toolchain, wmma
 from luminal.backends.cuda.compiler import CUDACompiler
 from luminal.backends.cuda.render import CUDARenderer
+from luminal.backends.metal import runtime as metal_runtime
 from luminal.dtype import DType
 from luminal.kernel import ir
 from luminal.kernel.gpu import Launch
@@ -181,3 +182,15 @@ def test_shared_memory_and_barriers_compile() -> None:
     module = toolchain.build(source, names, ARCHES)
     for binary in module.binaries.values():
         assert b".shared" in binary.ptx and b"bar.sync" in binary.ptx
+
+
+def test_registry_knows_cuda_and_metal() -> None:
+    for name, reason in (("cuda", runtime.missing(0)), ("metal", metal_runtime.missing())):
+        backend = lm.backends.get(name)
+        assert backend.is_available() == (reason is None)
+        assert (name in lm.backends.available()) == (reason is None)
+        assert backend.rulesets == ("algebra", "structure", "cpu")
+        assert not backend.capabilities().blas
+    compiler = lm.backends.compiler("cuda", arch=("sm_90",), tensor_cores=False)
+    assert isinstance(compiler, lm.CUDACompiler) and compiler.arch == ("sm_90",)
+    assert isinstance(lm.backends.compiler("metal"), lm.MetalCompiler)

@@ -1,0 +1,96 @@
+"""What every GPU compiler does the same way: the CPU backend's pipeline down to the
+schedule (generic passes, e-graph lowering of contractions, fusion), the shared GPU
+lowering (`luminal.kernel.gpu`), a `GpuCompiledGraph` on the backend's device, and a
+check against the reference runtime before the compiled graph is installed.
+
+A backend's compiler subclasses `GpuCompiler` and supplies `open_device()` (its
+`GpuDevice`, or CompileError naming what is missing) and, if it has kernels of its own,
+`program(graph)`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from luminal.backends.cpu.verify import check_inputs, output_views, reference_outputs
+from luminal.backends.gpu_runtime import GpuCompiledGraph, GpuDevice
+from luminal.compiler.egraph import EGraphCompiler
+from luminal.compiler.passes import GenericCompiler
+from luminal.errors import CompileError
+from luminal.graph import Graph
+from luminal.kernel.gpu import GpuProgram, lower_gpu
+from luminal.search.budget import TimeBudget
+from luminal.search.outputs import read_outputs
+from luminal.search.strategy import check_outputs
+
+MODES = ("fast", "optimal")
+RULESETS = ("algebra", "structure", "cpu")  # contractions to `Contract` (backend-neutral)
+
+
+class GpuCompiler:
+    """Compile a graph for a GPU device. `verify` runs the compiled graph and the
+    reference runtime on the same inputs and raises CompileError when they differ."""
+
+    name = "GpuCompiler"
+
+    def __init__(
+        self, mode: Any = "fast", verify: bool = True, rtol: float = 1e-3, atol: float = 1e-4
+    ) -> None:
+        if not (mode in MODES or isinstance(mode, TimeBudget)):
+            raise CompileError(
+                f"{self.name}: unknown mode {mode!r}; expected one of {MODES} or "
+                "lm.TimeBudget(seconds)"
+            )
+        self.mode = mode
+        self.verify = verify
+        self.rtol = rtol
+        self.atol = atol
+
+    def open_device(self) -> GpuDevice:
+        """The device to run on; CompileError naming what is missing without one."""
+        raise NotImplementedError
+
+    def program(self, graph: Graph) -> GpuProgram:
+        """The launches of a graph after the e-graph (a backend may add its own kernels)."""
+        return lower_gpu(graph)
+
+    def lower(self, graph: Graph) -> GpuProgram:
+        """Generic passes, the e-graph, then the GPU launches (changes `graph`)."""
+        graph.compile(GenericCompiler())
+        graph.compile(EGraphCompiler(rulesets=RULESETS))
+        graph.compile(GenericCompiler())
+        return self.program(graph)
+
+    def compile(self, graph: Graph) -> GpuCompiledGraph:
+        device = self.open_device()  # before the graph changes: CompileError without one
+        if self.mode != "fast":
+            warnings.warn(
+                f"{self.name}: measured search over GPU schedules is not implemented yet; "
+                "the static GPU lowering is used",
+                stacklevel=3,
+            )
+        reference = graph.structure_copy() if self.verify else None
+        graph.compiled = None
+        compiled = GpuCompiledGraph(graph, self.lower(graph), device, self.name)
+        compiled.build()
+        if reference is not None:  # installed only once checked: Graph.compile restores
+            self._verify(graph, compiled, reference)
+        graph.compiled = compiled
+        return compiled
+
+    def _verify(self, graph: Graph, compiled: GpuCompiledGraph, reference: Graph) -> None:
+        """Run `compiled` (not yet installed) and the reference on the same inputs (seeded
+        where unset); the user's inputs are restored afterwards."""
+        saved = dict(graph.input_data)
+        try:
+            check_inputs(graph, reference)
+            expected = reference_outputs(reference, self.rtol, self.atol)
+            compiled.execute(graph)
+            results = read_outputs(graph, output_views(reference, expected))
+            problem = check_outputs(results, expected)
+            if problem is not None:
+                raise CompileError(f"{self.name}: compiled graph is {problem}")
+        finally:
+            graph.input_data = dict(saved)
+            graph.buffers = {}
