@@ -5,9 +5,10 @@ check against the reference runtime before the compiled graph is trusted."""
 
 from __future__ import annotations
 
-import warnings
+import math
 from typing import Any
 
+from luminal.backends import gpu_search
 from luminal.backends.cpu.verify import check_inputs, output_views, reference_outputs
 from luminal.backends.gpu_runtime import GpuCompiledGraph
 from luminal.backends.opencl import toolchain
@@ -19,7 +20,16 @@ from luminal.errors import CompileError
 from luminal.graph import Graph
 from luminal.kernel.gpu import GpuProgram, lower_gpu
 from luminal.kernel.gpu_matmul import DEFAULT_TILE, TILES
-from luminal.search.budget import TimeBudget
+from luminal.search.budget import Deadline, TimeBudget
+from luminal.search.cache import (
+    SearchCache,
+    SearchRecord,
+    Trial,
+    cpu_model,
+    luminal_version,
+    search_key,
+)
+from luminal.search.fingerprint import graph_fingerprint
 from luminal.search.outputs import read_outputs
 from luminal.search.strategy import check_outputs
 
@@ -66,25 +76,98 @@ class OpenCLCompiler:
         self.rtol = rtol
         self.atol = atol
         self.cache = cache
+        self.search_record: SearchRecord | None = None
+        self.cache_hit = False
 
     # ---------------------------------------------------------------- compiling
+    @property
+    def searching(self) -> bool:
+        return self.mode != "fast"
+
     def compile(self, graph: Graph) -> GpuCompiledGraph:
         device = OpenCLDevice(self.device, cache=self.cache)  # CompileError without one
-        if self.mode != "fast":
-            warnings.warn(
-                "OpenCLCompiler: measured search over GPU schedules is not implemented yet; "
-                "the static GPU lowering is used",
-                stacklevel=3,
-            )
-        reference = graph.structure_copy() if self.verify else None
+        budget = self.mode.seconds if isinstance(self.mode, TimeBudget) else math.inf
+        deadline = Deadline(budget)
+        fingerprint = graph_fingerprint(graph) if self.searching else ""
+        reference = graph.structure_copy() if (self.verify or self.searching) else None
         graph.compiled = None
         program = self.lower(graph)
         compiled = GpuCompiledGraph(graph, program, device, self.name)
         compiled.build()
+        if self.searching and reference is not None:
+            tiles = self._search(graph, reference, compiled, fingerprint, deadline)
+            if tiles is not None:
+                program = lower_gpu(graph, tile=self.tile, tiles=tiles)
+                compiled = GpuCompiledGraph(graph, program, device, self.name)
+                compiled.build()
         if reference is not None:  # installed only once checked: Graph.compile restores
             self._verify(graph, compiled, reference)
         graph.compiled = compiled
         return compiled
+
+    def _search(
+        self,
+        graph: Graph,
+        reference: Graph,
+        compiled: GpuCompiledGraph,
+        fingerprint: str,
+        deadline: Deadline,
+    ) -> dict[int, int] | None:
+        """The tile of every matrix product: cached, or measured on the device (None:
+        no matrix products, keep the default program)."""
+        products = gpu_search.sites(graph, compiled.program)
+        if not products:
+            return None
+        saved = dict(graph.input_data)
+        dims = check_inputs(graph, reference)
+        device = compiled.device
+        key = search_key(fingerprint, dims, self._backend_id(device), gpu_search.SPACE_VERSION)
+        store = SearchCache(toolchain.cache_root() / "search")
+        record = store.load(key) if self.cache else None
+        names = {gpu_search.site_name(i): n for i, n in enumerate(products)}
+        space = {name: [str(t) for t in gpu_search.OPTIONS] for name in names}
+        if record is not None and record.sites == space:
+            self.cache_hit = True
+            self.search_record = record
+            return {names[site]: int(option) for site, option in record.chosen.items()}
+        try:
+            started = deadline.elapsed()
+            found = gpu_search.search_tiles(
+                graph, compiled, lambda: OpenCLDevice(self.device, cache=self.cache), deadline
+            )
+        finally:
+            graph.input_data = dict(saved)
+            graph.buffers = {}
+        by_node = {n: name for name, n in names.items()}
+        default = {n: t.get(gpu_search.DEFAULT_TILE, math.inf) for n, t in found.seconds.items()}
+        best = {n: t[found.chosen[n]] for n, t in found.seconds.items()}
+        record = SearchRecord(
+            key=key,
+            label=f"{len(products)} matrix products",
+            backend=self._backend_id(device),
+            mode=str(self.mode),
+            cpu=cpu_model(),
+            version=luminal_version(),
+            chosen={by_node[n]: str(t) for n, t in found.chosen.items()},
+            best_seconds=float(sum(best.values())),
+            baseline_seconds=float(sum(default.values())),
+            search_seconds=deadline.elapsed() - started,
+            sites=space,
+            trials=[
+                Trial({by_node[n]: str(tile)}, "ok", seconds)
+                for n, timings in found.seconds.items()
+                for tile, seconds in timings.items()
+            ],
+            stopped_by=found.stopped_by,
+        )
+        if self.cache and found.stopped_by == "space exhausted":
+            store.store(record)
+        self.search_record = record
+        return found.chosen
+
+    def _backend_id(self, device: OpenCLDevice) -> str:
+        info = device.device.info
+        return f"opencl/{info.label}/{info.driver}"
 
     def lower(self, graph: Graph) -> GpuProgram:
         """Generic passes, the e-graph, then the GPU launches (changes `graph`)."""
