@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import platform
-import time
-from collections.abc import Callable
 
 import numpy as np
+from timing import best_of
 
 import luminal as lm
+
+__all__ = ["best_of", "equal_threads", "parallel_copy_seconds"]
 
 COPY_KERNEL = """
 void parallel_copy(float* out, const float* x, const long long* numel) {
@@ -17,17 +18,6 @@ void parallel_copy(float* out, const float* x, const long long* numel) {
     for (long long i = 0; i < numel[0]; i++) out[i] = x[i];
 }
 """
-
-
-def best_of(fn: Callable[[], object], repeats: int) -> float:
-    """Minimum wall time of `repeats` calls after one warm-up call."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def equal_threads(threads: int, libraries: str = "") -> None:

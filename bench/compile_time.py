@@ -23,6 +23,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 
 from llama_graph import build_llama_graph  # noqa: E402
+from rows import Row  # noqa: E402
+from timing import Timer  # noqa: E402
 
 import luminal as lm  # noqa: E402
 from luminal.compiler.egraph import EGraphCompiler  # noqa: E402
@@ -35,11 +37,9 @@ def build(layers: int, hidden: int) -> tuple[lm.Graph, lm.GraphTensor, lm.GraphT
     return cx, ids, logits.retrieve()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--layers", type=int, default=32)
-    parser.add_argument("--hidden", type=int, default=256)
-    args = parser.parse_args()
+def measure(layers: int, hidden: int) -> Row:
+    """Print the figures; return the total (GenericCompiler + EGraphCompiler) as a row."""
+    args = argparse.Namespace(layers=layers, hidden=hidden)
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
     )
@@ -68,6 +68,22 @@ def main() -> None:
     cx.execute()
     error = float(np.abs(logits.numpy() - reference).max())
     print(f"max |compiled - reference| logits: {error:.2e}")
+    case = f"Llama-shaped {layers}x{hidden} graph: Generic + EGraph compile"
+    note = f"{report.regions} regions, {report.distinct_regions} distinct; no codegen"
+    return Row("compile_time", case, generic + egraph, note=note)
+
+
+def collect(timer: Timer, quick: bool, threads: int) -> list[Row]:
+    """The dashboard's row (32 layers, hidden 256)."""
+    return [measure(32, 256)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, default=32)
+    parser.add_argument("--hidden", type=int, default=256)
+    args = parser.parse_args()
+    measure(args.layers, args.hidden)
 
 
 if __name__ == "__main__":

@@ -21,8 +21,12 @@ from collections.abc import Callable
 import numpy as np
 import torch
 from common import best_of, equal_threads, parallel_copy_seconds
+from rows import Row, against
+from timing import BestOf, Timer
 
 import luminal as lm
+
+BENCH = "cpu"
 
 
 def compiled(build: Callable[[lm.Graph], list[lm.GraphTensor]]) -> tuple[lm.Graph, list]:
@@ -32,12 +36,16 @@ def compiled(build: Callable[[lm.Graph], list[lm.GraphTensor]]) -> tuple[lm.Grap
     return cx, outs
 
 
-def row(name: str, ours: float, peers: dict[str, float], extra: str = "") -> None:
+def row(name: str, times: dict[str, float], extra: str = "") -> list[Row]:
+    """Print one line (luminal first, then each peer with its ratio); return its rows."""
+    ours = times["luminal"]
+    peers = {k: v for k, v in times.items() if k != "luminal"}
     ratios = "  ".join(f"{k} {v * 1e3:8.3f} ms ({ours / v:5.2f}x)" for k, v in peers.items())
     print(f"{name:<30} luminal {ours * 1e3:8.3f} ms  {ratios} {extra}")
+    return against(BENCH, name, times, note=extra.strip(" |"))
 
 
-def bench_mlp(rng: np.random.Generator, repeats: int) -> None:
+def bench_mlp(rng: np.random.Generator, timer: Timer) -> list[Row]:
     sizes = [784, 512, 512, 10]
     ws = [
         rng.standard_normal((i, o)).astype(np.float32) * 0.05
@@ -78,14 +86,13 @@ def bench_mlp(rng: np.random.Generator, repeats: int) -> None:
 
     cx.execute()
     np.testing.assert_allclose(out.numpy(), numpy_mlp(), rtol=1e-3, atol=1e-4)
-    row(
+    return row(
         "MLP 784-512-512-10 b=64",
-        best_of(cx.execute, repeats),
-        {"torch": best_of(torch_mlp, repeats), "numpy": best_of(numpy_mlp, repeats)},
+        timer.times({"luminal": cx.execute, "torch": torch_mlp, "numpy": numpy_mlp}),
     )
 
 
-def bench_elementwise(rng: np.random.Generator, repeats: int) -> None:
+def bench_elementwise(rng: np.random.Generator, timer: Timer, repeats: int) -> list[Row]:
     n = 1 << 24
     x = rng.standard_normal(n).astype(np.float32)
 
@@ -107,19 +114,19 @@ def bench_elementwise(rng: np.random.Generator, repeats: int) -> None:
     copy = min(best_of(lambda: np.copyto(target, x), repeats), parallel_copy_seconds(x, repeats))
     cx.execute()
     np.testing.assert_allclose(out.numpy(), numpy_chain(), rtol=1e-4, atol=1e-5)
-    ours = best_of(cx.execute, repeats)
+    times = timer.times({"luminal": cx.execute, "torch": torch_chain, "numpy": numpy_chain})
     bandwidth = 2 * x.nbytes / copy
-    achieved = 2 * x.nbytes / ours
-    row(
+    achieved = 2 * x.nbytes / times["luminal"]
+    return row(
         "8-op chain, 16M floats",
-        ours,
-        {"torch": best_of(torch_chain, repeats), "numpy": best_of(numpy_chain, repeats)},
+        times,
         f" | {achieved / 1e9:.1f} GB/s = {achieved / bandwidth:.0%} of copy "
         f"{bandwidth / 1e9:.1f} GB/s",
     )
 
 
-def bench_rows(rng: np.random.Generator, repeats: int) -> None:
+def bench_rows(rng: np.random.Generator, timer: Timer) -> list[Row]:
+    rows = []
     x = rng.standard_normal((4096, 1024)).astype(np.float32)
     tx = torch.tensor(x)
     for name, build_op, torch_op in [
@@ -133,10 +140,11 @@ def bench_rows(rng: np.random.Generator, repeats: int) -> None:
         cx, (out,) = compiled(lambda cx, f=build_op: [f(cx.tensor((4096, 1024)).set(x)).retrieve()])
         cx.execute()
         np.testing.assert_allclose(out.numpy(), torch_op().numpy(), rtol=1e-3, atol=1e-5)
-        row(name, best_of(cx.execute, repeats), {"torch": best_of(torch_op, repeats)})
+        rows += row(name, timer.times({"luminal": cx.execute, "torch": torch_op}))
+    return rows
 
 
-def bench_matmul(rng: np.random.Generator, repeats: int) -> None:
+def bench_matmul(rng: np.random.Generator, timer: Timer) -> list[Row]:
     a = rng.standard_normal((1024, 1024)).astype(np.float32)
     b = rng.standard_normal((1024, 1024)).astype(np.float32)
     cx, (out,) = compiled(
@@ -145,10 +153,9 @@ def bench_matmul(rng: np.random.Generator, repeats: int) -> None:
     cx.execute()
     np.testing.assert_allclose(out.numpy(), a @ b, rtol=1e-3, atol=1e-2)
     ta, tb = torch.tensor(a), torch.tensor(b)
-    row(
+    return row(
         "matmul 1024^2",
-        best_of(cx.execute, repeats),
-        {"numpy": best_of(lambda: a @ b, repeats), "torch": best_of(lambda: ta @ tb, repeats)},
+        timer.times({"luminal": cx.execute, "numpy": lambda: a @ b, "torch": lambda: ta @ tb}),
     )
 
 
@@ -167,14 +174,16 @@ print(time.perf_counter() - start)
 """
 
 
-def bench_compile() -> None:
+def compile_seconds(snippet: str = COMPILE_SNIPPET, runs: int = 2) -> list[float]:
+    """The compile time printed by `snippet`, run `runs` times in fresh processes sharing
+    one new (empty at first) luminal cache: the first is cold, the next ones cached."""
     cache = tempfile.mkdtemp(prefix="luminal-bench-cache-")
     env = {**os.environ, "LUMINAL_CACHE_DIR": cache}
     try:
         times = []
-        for _ in range(2):
+        for _ in range(runs):
             result = subprocess.run(
-                [sys.executable, "-c", COMPILE_SNIPPET],
+                [sys.executable, "-c", snippet],
                 env=env,
                 capture_output=True,
                 text=True,
@@ -183,7 +192,24 @@ def bench_compile() -> None:
             times.append(float(result.stdout.strip().splitlines()[-1]))
     finally:
         shutil.rmtree(cache, ignore_errors=True)
+    return times
+
+
+def bench_compile() -> None:
+    times = compile_seconds()
     print(f"{'MLP compile (fresh process)':<30} first {times[0]:.2f} s, cached {times[1]:.2f} s")
+
+
+def collect(timer: Timer, quick: bool, threads: int) -> list[Row]:
+    """The dashboard's rows: every case but the MLP compile (bench/compile_times.py)."""
+    rng = np.random.default_rng(0)
+    repeats = 3 if quick else 10
+    return [
+        *bench_mlp(rng, timer),
+        *bench_elementwise(rng, timer, repeats),
+        *bench_rows(rng, timer),
+        *bench_matmul(rng, timer),
+    ]
 
 
 def main() -> None:
@@ -193,10 +219,11 @@ def main() -> None:
     args = parser.parse_args()
     equal_threads(args.threads)
     rng = np.random.default_rng(0)
-    bench_mlp(rng, args.repeats)
-    bench_elementwise(rng, args.repeats)
-    bench_rows(rng, args.repeats)
-    bench_matmul(rng, args.repeats)
+    timer = BestOf(args.repeats)
+    bench_mlp(rng, timer)
+    bench_elementwise(rng, timer, args.repeats)
+    bench_rows(rng, timer)
+    bench_matmul(rng, timer)
     bench_compile()
 
 

@@ -11,6 +11,8 @@ DDP). Reported: step time (best of `--repeats` means over `--steps` steps, rank 
 samples/s of the global batch, the 2-rank/1-rank throughput ratio, scaling efficiency
 (ratio / 2), and the share of the step spent in the gradient all-reduce (communication
 plus waiting for the slower rank; measured on rank 0 by timing the communicator).
+Then bench/tensor_parallel.py's table: tensor-parallel decode time per token of a small
+Llama with 1 and 2 ranks (`--no-tensor-parallel` skips it).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+from rows import Row
+from timing import Timer
 
 MODELS = {"MLP 784-512-512-10": (784,), "LeNet-5 1x28x28": (1, 28, 28)}
 
@@ -110,11 +114,35 @@ def launch(ranks: int, args: argparse.Namespace) -> list[dict]:
     return [json.loads(line) for line in job.stdout.splitlines() if line.startswith("{")]
 
 
+def measured(args: argparse.Namespace) -> dict[tuple[str, int, int], dict]:
+    """Rank 0's rows of `mpiexec -n 1` and `-n 2`, by (model, batch per rank, ranks)."""
+    return {(r["model"], r["batch"], r["ranks"]): r for n in (1, 2) for r in launch(n, args)}
+
+
+def collect(timer: Timer, quick: bool, threads: int) -> list[Row]:
+    """The dashboard's rows: seconds per sample with 2 ranks against 1 rank (weak scaling,
+    1 thread per rank; the worker keeps its own best-of-means timing, not `timer`)."""
+    steps, repeats = (5, 2) if quick else (30, 5)
+    args = argparse.Namespace(batch_per_rank=[64], steps=steps, repeats=repeats)
+    results, rows = measured(args), []
+    for name in MODELS:
+        for batch in args.batch_per_rank:
+            one, two = results[(name, batch, 1)], results[(name, batch, 2)]
+            note = f"comm {two['comm_share']:.0%} of the 2-rank step; 1 thread per rank"
+            case = f"{name} data-parallel, batch {batch}/rank, per sample"
+            per_sample = two["step"] / (2 * batch), one["step"] / batch
+            rows.append(
+                Row("distributed", case, per_sample[0], "luminal 1 rank", per_sample[1], note)
+            )
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch-per-rank", type=int, nargs="+", default=[64, 128])
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--no-tensor-parallel", action="store_true")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -123,7 +151,7 @@ def main() -> None:
     from mpi4py import MPI
 
     print(f"{MPI.Get_library_version().splitlines()[0]}; 1 thread per rank; {os.cpu_count()} cores")
-    rows = {(r["model"], r["batch"], r["ranks"]): r for n in (1, 2) for r in launch(n, args)}
+    rows = measured(args)
     print(
         f"\n{'model':<22}{'batch/rank':>11}{'1 rank':>12}{'2 ranks':>12}"
         f"{'samples/s 1':>13}{'samples/s 2':>13}{'speed-up':>10}{'eff.':>7}{'comm':>7}"
@@ -138,6 +166,10 @@ def main() -> None:
                 f"{rate_one:>13,.0f}{rate_two:>13,.0f}{speedup:>9.2f}x{speedup / 2:>7.0%}"
                 f"{two['comm_share']:>7.0%}"
             )
+    if not args.no_tensor_parallel:
+        from tensor_parallel import report  # bench/tensor_parallel.py, beside this file
+
+        report(layers=4, steps=20, repeats=3)
 
 
 if __name__ == "__main__":

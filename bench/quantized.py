@@ -16,10 +16,13 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 from common import best_of, equal_threads
+from rows import Row
+from timing import Timer
 
 import luminal as lm
 from luminal.quant import load_gguf_model
@@ -111,21 +114,60 @@ def bytes_per_token(model: lm.nn.Module) -> int:
     return total
 
 
-def decode(path: Path, tokens: int, int8: bool) -> tuple[float, int, float]:
-    """(tokens/s over `tokens` single-token steps after a 16-token prompt, weight bytes
-    per token, load seconds). `int8`: llama.cpp-style 8-bit activations."""
+def decoder(path: Path, int8: bool) -> tuple[Callable[[int], float], int, float]:
+    """(a function running n more greedy single-token steps and returning their seconds,
+    weight bytes per token, load seconds), after a 16-token prompt and 3 warm-up steps.
+    `int8`: llama.cpp-style 8-bit activations."""
     start = time.perf_counter()
     model = load_gguf_model(path, quantized_activations=int8)
     load = time.perf_counter() - start
     session = model.session(compiler=lm.CPUCompiler(verify=not int8))
-    prompt = np.arange(1, 17, dtype=np.int32)
-    logits = session.prefill(prompt)
-    for _ in range(3):  # warm-up
-        logits = session.step([int(logits[0].argmax())])
-    start = time.perf_counter()
-    for _ in range(tokens):
-        logits = session.step([int(logits[0].argmax())])
-    return tokens / (time.perf_counter() - start), bytes_per_token(model), load
+    logits = [session.prefill(np.arange(1, 17, dtype=np.int32))]
+
+    def steps(n: int) -> float:
+        start = time.perf_counter()
+        for _ in range(n):
+            logits[0] = session.step([int(logits[0][0].argmax())])
+        return time.perf_counter() - start
+
+    steps(3)  # warm-up
+    return steps, bytes_per_token(model), load
+
+
+def decode(path: Path, tokens: int, int8: bool) -> tuple[float, int, float]:
+    """(tokens/s over `tokens` single-token steps after a 16-token prompt, weight bytes
+    per token, load seconds). `int8`: llama.cpp-style 8-bit activations."""
+    steps, size, load = decoder(path, int8)
+    return tokens / steps(tokens), size, load
+
+
+def gguf_path(name: str, layers: int, config: dict) -> Path:
+    """The cached GGUF file of format `name` ("q4_0+int8" reads q4_0's), built if missing."""
+    kind = name.removesuffix("+int8")
+    path = DATA / f"llama-1b-{layers}l-{kind}.gguf"
+    if not path.exists():
+        print(f"building {path.name} ...", flush=True)
+        DATA.mkdir(exist_ok=True)
+        build(path, config, None if kind == "f32" else kind)
+    return path
+
+
+def collect(timer: Timer, quick: bool, threads: int) -> list[Row]:
+    """The dashboard's rows: seconds per decoded token (22 layers; 2 with `quick`). No
+    peer runs here: llama.cpp is named as the peer and recorded as not measured."""
+    layers, tokens = (2, 4) if quick else (CONFIG["num_hidden_layers"], 16)
+    config = {**CONFIG, "num_hidden_layers": layers}
+    bandwidth = read_bandwidth(0.25 if quick else 1.0)
+    rows = []
+    for name in ("q8_0", "q4_0", "q4_0+int8"):
+        steps, size, load = decoder(gguf_path(name, layers, config), name.endswith("+int8"))
+        seconds = timer.self_timed({"luminal": lambda steps=steps: steps(tokens)})["luminal"]
+        per_token = seconds / tokens
+        share = size / per_token / bandwidth
+        note = f"{share:.0%} of read bandwidth; llama.cpp not run by this bench (not measured)"
+        case = f"Llama-1.1B-shaped {layers}L {name} decode, per token"
+        rows.append(Row("quantized", case, per_token, "llama.cpp", None, note))
+    return rows
 
 
 def main() -> None:
@@ -147,11 +189,7 @@ def main() -> None:
     columns = ("file GB", "load s", "tok/s", "MB/token", "% of read bw")
     print(f"{'format':>9} " + " ".join(f"{c:>8}" for c in columns))
     for name in args.formats.split(","):
-        kind = name.removesuffix("+int8")
-        path = DATA / f"llama-1b-{args.layers}l-{kind}.gguf"
-        if not path.exists():
-            print(f"building {path.name} ...", flush=True)
-            build(path, config, None if kind == "f32" else kind)
+        path = gguf_path(name, args.layers, config)
         rate, size, load = decode(path, args.tokens, name.endswith("+int8"))
         share = 100 * rate * size / bandwidth
         gigabytes = path.stat().st_size / 1e9

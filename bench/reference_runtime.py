@@ -13,7 +13,8 @@ import platform
 from collections.abc import Callable
 
 import numpy as np
-from common import best_of
+from rows import Row
+from timing import BestOf, Timer
 
 import luminal as lm
 
@@ -60,20 +61,38 @@ def matmul_case(rng: np.random.Generator) -> tuple[Callable[[], object], Callabl
     return cx.execute, lambda: a_data @ b_data
 
 
+CASES = {"MLP 784-512-512-10, b=64": mlp_case, "matmul 1024^3": matmul_case}
+
+
+def run(timer: Timer) -> list[Row]:
+    """Print the table's rows; return them (luminal = the uncompiled reference runtime)."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for name, case in CASES.items():
+        ours, theirs = case(rng)
+        times = timer.times({"luminal": ours, "numpy": theirs})
+        t_ours, t_theirs = times["luminal"], times["numpy"]
+        print(f"{name:<28}{t_ours * 1e3:>12.3f}{t_theirs * 1e3:>12.3f}{t_ours / t_theirs:>7.2f}x")
+        note = "reference runtime (no compile)"
+        rows.append(Row("reference_runtime", name, t_ours, "numpy", t_theirs, note))
+    return rows
+
+
+def collect(timer: Timer, quick: bool, threads: int) -> list[Row]:
+    """The dashboard's rows."""
+    return run(timer)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=10)
     args = parser.parse_args()
-    rng = np.random.default_rng(0)
     print(
         f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
         f"numpy {np.__version__}"
     )
     print(f"{'case':<28}{'luminal ms':>12}{'numpy ms':>12}{'ratio':>8}")
-    for name, case in [("MLP 784-512-512-10, b=64", mlp_case), ("matmul 1024^3", matmul_case)]:
-        ours, theirs = case(rng)
-        t_ours, t_theirs = best_of(ours, args.repeats), best_of(theirs, args.repeats)
-        print(f"{name:<28}{t_ours * 1e3:>12.3f}{t_theirs * 1e3:>12.3f}{t_ours / t_theirs:>7.2f}x")
+    run(BestOf(args.repeats))
 
 
 if __name__ == "__main__":

@@ -26,6 +26,8 @@ from collections.abc import Callable
 import numpy as np
 import torch
 from common import equal_threads
+from rows import Row
+from timing import Timer
 from training import BATCH, luminal_lenet, luminal_mlp, torch_lenet, torch_mlp
 
 import luminal as lm
@@ -66,8 +68,8 @@ def in_process(build: Callable[[lm.Graph], lm.GraphTensor], config: dict[str, st
     space = CpuSearchSpace(cx, {}, toolchain.get_num_threads().openmp)
     compiled = space.compiled({k: v for k, v in config.items() if k not in program})
     compiled.build()
+    verify_against_reference(cx, compiled, reference, 1e-3, 1e-4)
     cx.compiled = compiled
-    verify_against_reference(cx, reference, 1e-3, 1e-4)
     return cx, out
 
 
@@ -85,7 +87,17 @@ def interleaved(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str,
     return best
 
 
-def bench_matmul(size: int, repeats: int, cache: str) -> None:
+class InterleavedMin:
+    """The command line's timer: `interleaved` minima over `repeats` turns."""
+
+    def __init__(self, repeats: int) -> None:
+        self.repeats = repeats
+
+    def times(self, fns: dict[str, Callable[[], object]]) -> dict[str, float]:
+        return interleaved(fns, self.repeats)
+
+
+def bench_matmul(size: int, timer: Timer, cache: str) -> list[Row]:
     rng = np.random.default_rng(0)
     a, b = (rng.standard_normal((size, size)).astype(np.float32) for _ in range(2))
 
@@ -97,7 +109,7 @@ def bench_matmul(size: int, repeats: int, cache: str) -> None:
     compiler, seconds = search(cx, cache)
     config = best_trial(compiler, "gen")
     generated, out = in_process(build, config)
-    times = interleaved({"generated": generated.execute, "numpy": lambda: a @ b}, repeats)
+    times = timer.times({"generated": generated.execute, "numpy": lambda: a @ b})
     np.testing.assert_allclose(out.numpy(), a @ b, rtol=1e-3, atol=1e-2)
     gflops = 2 * size**3 / times["generated"] / 1e9
     print(
@@ -106,9 +118,14 @@ def bench_matmul(size: int, repeats: int, cache: str) -> None:
         f"BLAS/generated {times['numpy'] / times['generated']:4.2f}  (search {seconds:.1f} s; "
         f"{next((v for v in config.values() if v.startswith('gen')), '-')})"
     )
+    case = f"matmul {size}^3 generated (searched)"
+    return [
+        Row("search", case, times["generated"], "numpy", times["numpy"]),
+        Row("search", f"matmul {size}^3 search", seconds, note="first compile, mode=optimal"),
+    ]
 
 
-def bench_fused(m: int, k: int, n: int, repeats: int, cache: str) -> None:
+def bench_fused(m: int, k: int, n: int, timer: Timer, cache: str) -> list[Row]:
     rng = np.random.default_rng(1)
     x = rng.standard_normal((m, k)).astype(np.float32)
     w = rng.standard_normal((n, k)).astype(np.float32) * 0.05
@@ -123,13 +140,12 @@ def bench_fused(m: int, k: int, n: int, repeats: int, cache: str) -> None:
     compiler, seconds = search(cx, cache)
     fused, out = in_process(build, best_trial(compiler, "gen+epilogue"))
     static, _ = in_process(build, {})
-    times = interleaved(
+    times = timer.times(
         {
             "fused": fused.execute,
             "static": static.execute,
             "numpy": lambda: np.maximum(x @ w.T + bias, 0),
-        },
-        repeats,
+        }
     )
     np.testing.assert_allclose(out.numpy(), np.maximum(x @ w.T + bias, 0), rtol=1e-3, atol=1e-3)
     print(
@@ -139,6 +155,11 @@ def bench_fused(m: int, k: int, n: int, repeats: int, cache: str) -> None:
         f"{times['numpy'] * 1e3:7.3f} ms ({times['fused'] / times['numpy']:4.2f}x)  "
         f"search {seconds:.1f} s"
     )
+    case = f"relu(x@W^T+b) {m}x{k}x{n} fused generated"
+    return [
+        Row("search", case, times["fused"], "luminal static", times["static"]),
+        Row("search", case, times["fused"], "numpy", times["numpy"]),
+    ]
 
 
 def bench_model(
@@ -146,9 +167,9 @@ def bench_model(
     make_torch: Callable[[], torch.nn.Module],
     make_luminal: Callable[[lm.Graph], lm.nn.Module],
     shape: tuple[int, ...],
-    repeats: int,
+    timer: Timer,
     cache: str,
-) -> None:
+) -> list[Row]:
     rng = np.random.default_rng(0)
     x = rng.standard_normal((BATCH, *shape)).astype(np.float32)
     torch.manual_seed(0)
@@ -184,9 +205,7 @@ def bench_model(
             reference(tx)
 
     ten = {"optimal": graph.execute, "fast": fast_graph.execute, "torch": torch_forward}
-    times = interleaved(
-        {k: lambda fn=fn: [fn() for _ in range(10)] for k, fn in ten.items()}, repeats
-    )
+    times = timer.times({k: lambda fn=fn: [fn() for _ in range(10)] for k, fn in ten.items()})
     times = {k: v / 10 for k, v in times.items()}
     chosen = compiler.search_record.chosen
     print(
@@ -197,6 +216,38 @@ def bench_model(
         f"{len(chosen)} sites changed), fast compile {fast_compile:.2f} s, second compile "
         f"{second_seconds:.2f} s ({second_seconds / search_seconds:.1%} of the search)"
     )
+    case = f"{name} inference, optimal"
+    return [
+        Row("search", case, times["optimal"], "luminal fast", times["fast"]),
+        Row("search", case, times["optimal"], "torch eager", times["torch"]),
+        Row("search", f"{name} search (optimal, cold)", search_seconds),
+        Row("search", f"{name} second compile (cache hit)", second_seconds),
+    ]
+
+
+MODELS = {
+    "mlp": ("MLP 784-512-512-10", torch_mlp, luminal_mlp, (784,)),
+    "lenet": ("LeNet-5 1x28x28", torch_lenet, luminal_lenet, (1, 28, 28)),
+}
+
+
+def run(timer: Timer, cache: str, light: bool = False) -> list[Row]:
+    """Every search bench, in a fresh search cache (`cache`); `light` leaves out the
+    longest searches (matmul 1024^3, the 512^3 fused matmul, LeNet-5)."""
+    rows = bench_matmul(512, timer, cache)
+    rows += [] if light else bench_matmul(1024, timer, cache)
+    rows += [] if light else bench_fused(512, 512, 512, timer, cache)
+    rows += bench_fused(64, 784, 512, timer, cache)
+    for name in ("mlp",) if light else ("mlp", "lenet"):
+        rows += bench_model(*MODELS[name], timer, cache)
+    return rows
+
+
+def collect(timer: Timer, quick: bool, threads: int) -> list[Row]:
+    """The dashboard's rows (searches are first compiles: a temporary search cache). The
+    dashboard always runs the light set: the whole set takes minutes of searching."""
+    with tempfile.TemporaryDirectory(prefix="luminal-search-bench-") as cache:
+        return run(timer, cache, light=True)
 
 
 def main() -> None:
@@ -206,12 +257,7 @@ def main() -> None:
     args = parser.parse_args()
     equal_threads(args.threads)
     with tempfile.TemporaryDirectory(prefix="luminal-search-bench-") as cache:
-        bench_matmul(512, args.repeats, cache)
-        bench_matmul(1024, args.repeats, cache)
-        bench_fused(512, 512, 512, args.repeats, cache)
-        bench_fused(64, 784, 512, args.repeats, cache)
-        bench_model("MLP 784-512-512-10", torch_mlp, luminal_mlp, (784,), args.repeats, cache)
-        bench_model("LeNet-5 1x28x28", torch_lenet, luminal_lenet, (1, 28, 28), args.repeats, cache)
+        run(InterleavedMin(args.repeats), cache)
 
 
 if __name__ == "__main__":

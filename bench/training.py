@@ -25,6 +25,8 @@ from collections.abc import Callable
 import numpy as np
 import torch
 import torch.nn as tnn
+from rows import Row
+from timing import MeanOf, Timer
 
 import luminal as lm
 from luminal.backends.cpu import toolchain
@@ -78,26 +80,12 @@ def luminal_lenet(cx: lm.Graph) -> lm.nn.Module:
     )  # fmt: skip
 
 
-def mean_time(fn: Callable[[], object], steps: int, repeats: int) -> float:
-    """Best of `repeats` means over `steps` calls, after `steps` warm-up calls."""
-    for _ in range(steps):
-        fn()
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(steps):
-            fn()
-        best = min(best, (time.perf_counter() - start) / steps)
-    return best
-
-
 def bench_model(
     name: str,
     make_torch: Callable[[], tnn.Module],
     make_luminal: Callable[[lm.Graph], lm.nn.Module],
     input_shape: tuple[int, ...],
-    steps: int,
-    repeats: int,
+    timer: Timer,
 ) -> list[tuple[str, float, float]]:
     rng = np.random.default_rng(0)
     x = rng.standard_normal((BATCH, *input_shape)).astype(np.float32)
@@ -146,14 +134,32 @@ def bench_model(
     theirs = [torch_step() for _ in range(first)]
     loss_error = float(np.max(np.abs(np.subtract(ours, theirs))))
 
-    train = mean_time(lambda: step(x, y), steps, repeats), mean_time(torch_step, steps, repeats)
-    forward = mean_time(fx.execute, steps, repeats), mean_time(torch_forward, steps, repeats)
-    rows = [(f"{name} train step", *train), (f"{name} forward", *forward)]
+    train = timer.times({"luminal": lambda: step(x, y), "torch eager": torch_step})
+    forward = timer.times({"luminal": fx.execute, "torch eager": torch_forward})
+    rows = [
+        (f"{name} {what}", times["luminal"], times["torch eager"])
+        for what, times in (("train step", train), ("forward", forward))
+    ]
     print(
         f"  {name}: compile {compile_seconds:.2f} s (kernel cache warm or cold), "
         f"|loss - torch loss| over the first {first} steps {loss_error:.1e}"
     )
     return rows
+
+
+MODELS = (
+    ("MLP 784-512-512-10", torch_mlp, luminal_mlp, (784,)),
+    ("LeNet-5 1x28x28", torch_lenet, luminal_lenet, (1, 28, 28)),
+)
+
+
+def collect(timer: Timer, quick: bool, threads: int) -> list[Row]:
+    """The dashboard's rows: train step and forward of both models against torch eager."""
+    return [
+        Row("training", label, ours, "torch eager", theirs)
+        for model in MODELS
+        for label, ours, theirs in bench_model(*model, timer)
+    ]
 
 
 def main() -> None:
@@ -172,9 +178,8 @@ def main() -> None:
         f"python {platform.python_version()}"
     )
     print(f"batch {BATCH}, SGD lr {LR} momentum {MOMENTUM}, cross-entropy\n")
-    timing = args.steps, args.repeats
-    rows = bench_model("MLP 784-512-512-10", torch_mlp, luminal_mlp, (784,), *timing)
-    rows += bench_model("LeNet-5 1x28x28", torch_lenet, luminal_lenet, (1, 28, 28), *timing)
+    timer = MeanOf(args.steps, args.repeats)
+    rows = [row for model in MODELS for row in bench_model(*model, timer)]
     print(f"\n{'':<32}{'luminal':>12}{'torch eager':>14}{'ratio':>9}")
     for label, ours, theirs in rows:
         print(f"{label:<32}{ours * 1e3:>9.3f} ms{theirs * 1e3:>11.3f} ms{ours / theirs:>8.2f}x")

@@ -1,0 +1,134 @@
+"""How a bench turns contestants into seconds: one `Timer` interface, several policies.
+
+Each bench script hands its contestants to a timer as `{name: callable}` and gets
+`{name: seconds per call}` back. The scripts' own command lines keep the policy they
+always had (best of N, best of N means, minima in turns), so their output is unchanged;
+the dashboard (bench/run_all.py) passes `Rounds`: interleaved rounds and medians.
+`self_timed` is for contestants that time their own inner part and return seconds
+(a decode loop after an untimed prompt).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+Contestants = dict[str, Callable[[], object]]
+SelfTimed = dict[str, Callable[[], float]]
+
+
+class Seconds(float):
+    """A median that remembers its samples (the dashboard records their minimum too: on a
+    loaded machine the median measures the scheduler as much as the code)."""
+
+    samples: tuple[float, ...]
+
+    def __new__(cls, samples: list[float]) -> Seconds:
+        value = super().__new__(cls, statistics.median(samples))
+        value.samples = tuple(samples)
+        return value
+
+    def __truediv__(self, other: object) -> float:
+        """Per-unit seconds keep their samples (`seconds / tokens`); a ratio is a float."""
+        if isinstance(other, int | float) and not isinstance(other, Seconds):
+            return Seconds([sample / other for sample in self.samples])
+        return float(self) / other
+
+
+class Timer(Protocol):
+    def times(self, fns: Contestants) -> dict[str, float]: ...
+
+    def self_timed(self, fns: SelfTimed) -> dict[str, float]: ...
+
+
+def best_of(fn: Callable[[], object], repeats: int) -> float:
+    """Minimum wall time of `repeats` calls after one warm-up call."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def mean_time(fn: Callable[[], object], steps: int, repeats: int) -> float:
+    """Best of `repeats` means over `steps` calls, after `steps` warm-up calls."""
+    for _ in range(steps):
+        fn()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(steps):
+            fn()
+        best = min(best, (time.perf_counter() - start) / steps)
+    return best
+
+
+class BestOf:
+    """Each contestant alone, one after the other: the minimum of `repeats` calls."""
+
+    def __init__(self, repeats: int) -> None:
+        self.repeats = repeats
+
+    def times(self, fns: Contestants) -> dict[str, float]:
+        return {name: best_of(fn, self.repeats) for name, fn in fns.items()}
+
+    def self_timed(self, fns: SelfTimed) -> dict[str, float]:
+        return {name: min(fn() for _ in range(self.repeats + 1)) for name, fn in fns.items()}
+
+
+class MeanOf(BestOf):
+    """Each contestant alone: the best of `repeats` means over `steps` calls."""
+
+    def __init__(self, steps: int, repeats: int) -> None:
+        super().__init__(repeats)
+        self.steps = steps
+
+    def times(self, fns: Contestants) -> dict[str, float]:
+        return {name: mean_time(fn, self.steps, self.repeats) for name, fn in fns.items()}
+
+
+class Rounds:
+    """Interleaved rounds: every round times each contestant once, in turns, after a short
+    pause (BLAS threads spin for a while after a call and would slow the next one); the
+    result is each contestant's median. A fast contestant is timed as a batch of calls
+    of at least `batch_seconds` (from its warm-up time) so that timer resolution and
+    one-off hiccups do not dominate."""
+
+    def __init__(self, rounds: int, batch_seconds: float = 0.02, pause: float = 0.02) -> None:
+        self.rounds = rounds
+        self.batch_seconds = batch_seconds
+        self.pause = pause
+
+    def times(self, fns: Contestants) -> dict[str, float]:
+        batches = {name: self._batch(fn) for name, fn in fns.items()}
+        samples: dict[str, list[float]] = {name: [] for name in fns}
+        for _ in range(self.rounds):
+            for name, fn in fns.items():
+                time.sleep(self.pause)
+                start = time.perf_counter()
+                for _ in range(batches[name]):
+                    fn()
+                samples[name].append((time.perf_counter() - start) / batches[name])
+        return {name: Seconds(values) for name, values in samples.items()}
+
+    def self_timed(self, fns: SelfTimed) -> dict[str, float]:
+        samples: dict[str, list[float]] = {name: [] for name in fns}
+        for fn in fns.values():
+            fn()  # warm-up
+        for _ in range(self.rounds):
+            for name, fn in fns.items():
+                time.sleep(self.pause)
+                samples[name].append(fn())
+        return {name: Seconds(values) for name, values in samples.items()}
+
+    def _batch(self, fn: Callable[[], object]) -> int:
+        fn()  # warm-up (first-call costs are not what is measured)
+        start = time.perf_counter()
+        fn()
+        seconds = time.perf_counter() - start
+        return max(1, math.ceil(self.batch_seconds / max(seconds, 1e-9)))
