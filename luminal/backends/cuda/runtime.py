@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -112,9 +113,13 @@ class CudaDevice:
         self.ordinal = ordinal
         self.arches = tuple(arches)
         self.module: CudaModule | None = None
-        self._handle: Any = None
+        self._modules: list[Any] = []
         self._functions: dict[str, Any] = {}
         self._allocations: list[DeviceBuffer] = []
+        # freed with the device (a recompiled graph drops its old one), or by `close`
+        self.close = weakref.finalize(
+            self, _release, self._allocations, self._modules, self.stream, self.device
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         raise TypeError("a CUDA device cannot be pickled")
@@ -154,10 +159,11 @@ class CudaDevice:
         kind, image = module.image_for(self.capability)
         driver = _driver()
         self._make_current()
-        result, self._handle = driver.cuModuleLoadData(image + (b"\0" if kind == "ptx" else b""))
+        result, handle = driver.cuModuleLoadData(image + (b"\0" if kind == "ptx" else b""))
         _check(result, f"cuModuleLoadData ({kind} for {self.name})", CompileError)
+        self._modules.append(handle)
         for name in module.kernels:
-            result, function = driver.cuModuleGetFunction(self._handle, name.encode())
+            result, function = driver.cuModuleGetFunction(handle, name.encode())
             _check(result, f"cuModuleGetFunction({name})", CompileError)
             self._functions[name] = function
 
@@ -224,17 +230,19 @@ class CudaDevice:
         (result,) = _driver().cuStreamSynchronize(self.stream)
         _check(result, "cuStreamSynchronize (a kernel failed on the device)")
 
-    def close(self) -> None:
-        """Free every allocation, unload the module, release the stream and context."""
-        driver = _driver()
-        for buffer in self._allocations:
-            driver.cuMemFree(buffer.pointer)
-        self._allocations.clear()
-        if self._handle is not None:
-            driver.cuModuleUnload(self._handle)
-            self._handle = None
-        driver.cuStreamDestroy(self.stream)
-        driver.cuDevicePrimaryCtxRelease(self.device)
+
+def _release(allocations: list, modules: list, stream: Any, device: Any) -> None:
+    """Free a device's allocations and modules, its stream and its hold on the context
+    (results unchecked: at interpreter exit the driver may already be gone)."""
+    driver = _driver()
+    for buffer in allocations:
+        driver.cuMemFree(buffer.pointer)
+    for handle in modules:
+        driver.cuModuleUnload(handle)
+    allocations.clear()
+    modules.clear()
+    driver.cuStreamDestroy(stream)
+    driver.cuDevicePrimaryCtxRelease(device)
 
 
 def _argument(value: Any) -> Any:
