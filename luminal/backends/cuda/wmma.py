@@ -29,6 +29,7 @@ from luminal.shape.tracker import contiguous_strides
 
 TILE = 32  # output tile per block (2x2 warps of 16x16)
 THREADS = 128
+MAX_GRID_YZ = 65535  # CUDA's limit on a grid's y and z sizes
 NEEDS = {DType.float16: 70, DType.bfloat16: 80}  # oldest architecture with WMMA for it
 STORAGE = {
     DType.float16: ("half", "__half2float", "__float2half_rn"),
@@ -164,6 +165,8 @@ def special_kernel(
         sizes["m"].ceildiv(TILE),
         sizes["batch"],
     )
+    if any((size.as_int() or 0) > MAX_GRID_YZ for size in global_size[1:]):
+        return None  # more tiles of M or batches than a grid's y and z hold
     return Launch(kernel, global_size, (THREADS, 1, 1))
 
 

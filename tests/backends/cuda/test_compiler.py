@@ -194,3 +194,19 @@ def test_registry_knows_cuda_and_metal() -> None:
     compiler = lm.backends.compiler("cuda", arch=("sm_90",), tensor_cores=False)
     assert isinstance(compiler, lm.CUDACompiler) and compiler.arch == ("sm_90",)
     assert isinstance(lm.backends.compiler("metal"), lm.MetalCompiler)
+
+
+def test_tensor_core_problem_of_a_summed_batch(rng: np.random.Generator) -> None:
+    """A weight gradient (a ContractSum: the batch merged into K) reads the right
+    elements too."""
+    cx = lm.Graph()
+    a, b = cx.tensor((3, 20, 16), dtype=lm.float16), cx.tensor((3, 20, 24), dtype=lm.float16)
+    (a.transpose(1, 2) @ b).sum(0).retrieve()
+    data = {
+        a.node_id: rng.uniform(-1, 1, (3, 20, 16)).astype(np.float16),
+        b.node_id: rng.uniform(-1, 1, (3, 20, 24)).astype(np.float16),
+    }
+    x, y = (data[t.node_id].astype(np.float32) for t in (a, b))
+    expected = np.einsum("btm,btn->mn", x, y)
+    got = _evaluate_problem(cx, data, {})
+    np.testing.assert_allclose(got.reshape(16, 24), expected, rtol=1e-5, atol=1e-5)
