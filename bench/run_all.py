@@ -138,6 +138,7 @@ def record_run(args: argparse.Namespace) -> dict:
         },
         "peers": machine.peers(),
         "notes": args.notes,
+        "load_average": {"start": list(os.getloadavg())},
         "benches": [],
         "rows": [],
     }
@@ -150,6 +151,7 @@ def record_run(args: argparse.Namespace) -> dict:
             )
             record["benches"].append(status)
             record["rows"] += stamp_rows(rows, record)
+    record["load_average"]["end"] = list(os.getloadavg())
     return record
 
 

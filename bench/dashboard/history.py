@@ -53,7 +53,7 @@ def write_history(folder: Path) -> list[Path]:
     for slug, runs in by_machine(load_runs(folder)).items():
         sections.append(_section(slug, runs))
         chart = folder / f"history-{slug}.png"
-        history_chart(_series(runs), chart, f"luminal / peer over runs, {slug}")
+        history_chart(_panels(runs), chart)
         written.append(chart)
     path = folder / "history.md"
     path.write_text("\n".join(sections) + "\n")
@@ -113,12 +113,18 @@ def _change(values: list[float]) -> str:
     return f"{change:.2f}×"
 
 
-def _series(runs: list[dict]) -> dict[str, list[tuple[str, float]]]:
-    """(date, ratio) points per (case, peer) with a measured peer."""
-    series: dict[str, list[tuple[str, float]]] = {}
+def _panels(runs: list[dict]) -> dict[str, dict[str, list[tuple[str, float]]]]:
+    """(date, figure) points per case, grouped into panels by bench and figure kind."""
+    panels: dict[str, dict[str, list[tuple[str, float]]]] = {}
     for run in runs:
         for row in run["rows"]:
-            if row["ratio"] is not None:
-                label = f"{row['case']} vs {row['peer']}"
-                series.setdefault(label, []).append((run["date"], row["ratio"]))
-    return series
+            value = figure(row)
+            if value is None:
+                continue
+            compared = row["peer_s"] is not None
+            title = f"{row['bench']}: " + (
+                "luminal / peer ratio" if compared else "luminal seconds"
+            )
+            label = f"{row['case']} vs {row['peer']}" if compared else row["case"]
+            panels.setdefault(title, {}).setdefault(label, []).append((run["date"], value))
+    return panels

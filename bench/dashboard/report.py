@@ -2,10 +2,11 @@
 
 Record (`SCHEMA` 1): `date` (ISO, UTC), `machine` (dict, see machine.py), `luminal`
 ({commit, dirty}), `threads`, `timing` ({method, rounds, quick}), `peers` ({name: version
-or why absent}), `notes`, `benches` ([{name, status, seconds, error}]) and `rows`, each
-{bench, case, luminal_s, peer, peer_s, ratio, luminal_min_s, peer_min_s, min_ratio, note,
-threads, machine, commit, date}: times are medians over rounds, `*_min_s` the fastest
-round (None where the bench's timing keeps no samples), ratios luminal / peer."""
+or why absent}), `notes`, `load_average` ({start, end}: os.getloadavg()), `benches`
+([{name, status, seconds, error}]) and `rows`, each {bench, case, luminal_s, peer, peer_s,
+ratio, luminal_min_s, peer_min_s, min_ratio, note, threads, machine, commit, date}: times
+are medians over rounds, `*_min_s` the fastest round (None where the bench's timing keeps
+no samples), ratios luminal / peer."""
 
 from __future__ import annotations
 
@@ -87,6 +88,12 @@ def markdown(record: dict, chart_name: str | None) -> str:
     ]
     if run.get("notes"):
         lines.append(f"- notes: {run['notes']}")
+    if run.get("load_average"):
+        load = run["load_average"]
+        lines.append(
+            f"- load average (1/5/15 min) at start {_load(load.get('start'))}, "
+            f"at end {_load(load.get('end'))} on {run['machine']['cores']} cores"
+        )
     lines += ["", "## Peers", "", "| peer | version or status |", "| --- | --- |"]
     lines += [f"| {_cell(name)} | {_cell(status)} |" for name, status in run["peers"].items()]
     lines += ["", "## Results", ""]
@@ -107,6 +114,10 @@ def markdown(record: dict, chart_name: str | None) -> str:
         status = bench["status"] + (f": {bench['error']}" if bench.get("error") else "")
         lines.append(f"| {bench['name']} | {_cell(status)} | {bench['seconds']:.0f} |")
     return "\n".join(lines) + "\n"
+
+
+def _load(values: list[float] | None) -> str:
+    return "?" if not values else "/".join(f"{v:.1f}" for v in values)
 
 
 def _machine_line(info: dict) -> str:
