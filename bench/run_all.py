@@ -1,8 +1,11 @@
-"""The benchmark dashboard: run every bench (or some), record one JSON schema, write a
-Markdown table, a PNG chart and the history over past runs.
+"""The benchmark dashboard: every bench, one JSON schema, a table, a chart, the history.
+
+Runs every bench (or some), records the results in one JSON schema, writes a Markdown
+table, a PNG chart and the history over past runs.
 
     .venv/bin/python bench/run_all.py [--only cpu,models] [--quick] [--threads 2]
                                       [--rounds 5] [--out bench/results] [--notes TEXT]
+                                      [--logs DIR]
 
 Each bench runs in a fresh process (its own memory, thread settings and imports) with
 luminal and every peer at `--threads` threads, and times its contestants in interleaved
@@ -55,6 +58,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=HERE / "results")
     parser.add_argument("--notes", default="", help="recorded with the run (e.g. load)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per bench")
+    parser.add_argument("--logs", type=Path, help="keep each bench's output here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--rows-file", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -151,6 +155,9 @@ def record_run(args: argparse.Namespace) -> dict:
             )
             record["benches"].append(status)
             record["rows"] += stamp_rows(rows, record)
+            if args.logs:
+                args.logs.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(Path(scratch) / f"{name}.log", args.logs / f"{name}.log")
     record["load_average"]["end"] = list(os.getloadavg())
     return record
 
