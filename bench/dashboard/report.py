@@ -94,8 +94,17 @@ def markdown(record: dict, chart_name: str | None) -> str:
             f"- load average (1/5/15 min) at start {_load(load.get('start'))}, "
             f"at end {_load(load.get('end'))} on {run['machine']['cores']} cores"
         )
-    lines += ["", "## Peers", "", "| peer | version or status |", "| --- | --- |"]
-    lines += [f"| {_cell(name)} | {_cell(status)} |" for name, status in run["peers"].items()]
+    counts: dict[str, int] = {}
+    for row in run["rows"]:
+        if row["peer"] is not None and row["peer_s"] is not None:
+            counts[row["peer"]] = counts.get(row["peer"], 0) + 1
+    statuses = {**run["peers"], **{p: "luminal itself" for p in counts if p not in run["peers"]}}
+    lines += ["", "## Peers", "", "| peer | version or status | rows measured |"]
+    lines += ["| --- | --- | ---: |"]
+    lines += [
+        f"| {_cell(name)} | {_cell(status)} | {counts.get(name, 0)} |"
+        for name, status in statuses.items()
+    ]
     lines += ["", "## Results", ""]
     if chart_name:
         lines += [f"![luminal against its peers]({chart_name})", ""]
