@@ -41,7 +41,7 @@ def _entry(fmt: BlockFormat, what: str, signature: str, body: str) -> tuple[str,
     return name, f"{format_source(fmt)}\n__attribute__((weak)) " + code.replace("NAME", name)
 
 
-SIXTEEN_BIT = ("q8_0", "q4_0")  # formats with a 16-bit integer decode kernel
+SIXTEEN_BIT = ("q8_0", "q4_0", "q4_k")  # formats with a 16-bit integer decode kernel
 
 
 def matmul_source(
@@ -61,14 +61,14 @@ def matmul_source(
 def _activation_bits(fmt: BlockFormat, quantized_activations: bool, bits: int | None) -> int:
     """The decode path's activation precision: `bits` if given (8, 16 or 32), else 8 for
     llama.cpp's `quantized_activations`, else 16 where a format has a 16-bit integer
-    kernel (Q8_0, Q4_0) and 32 (float FMA) for the others."""
+    kernel (Q8_0, Q4_0, Q4_K) and 32 (float FMA) for the others (Q6_K)."""
     if bits is None:
         sixteen = fmt.name.lower() in SIXTEEN_BIT
         bits = 8 if quantized_activations else 16 if sixteen else 32
     if bits not in (8, 16, 32) or (bits == 16 and fmt.name.lower() not in SIXTEEN_BIT):
         raise DTypeError(
-            f"quant_matmul({fmt.name}): activation_bits must be 8, 32 or, for Q8_0 and "
-            f"Q4_0, 16; got {bits}"
+            f"quant_matmul({fmt.name}): activation_bits must be 8, 32 or, for "
+            f"{', '.join(f.upper() for f in SIXTEEN_BIT)}, 16; got {bits}"
         )
     return bits
 

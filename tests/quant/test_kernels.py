@@ -65,7 +65,7 @@ def test_matmul_compiled_equals_reference(kind: str, bits: int) -> None:
 
 
 def test_default_activation_bits() -> None:
-    """Q8_0/Q4_0 decode with 16-bit integer activations, the K-quants with float ones,
+    """Q8_0/Q4_0/Q4_K decode with 16-bit integer activations, Q6_K with float ones,
     quantized_activations with 8 bits; other values are refused."""
     cx = lm.Graph()
     x = cx.tensor((1, 256))
@@ -80,11 +80,11 @@ def test_default_activation_bits() -> None:
         **{(kind, True): 8 for kind in FORMATS},
         ("q8_0", False): 16,
         ("q4_0", False): 16,
-        ("q4_k", False): 32,
+        ("q4_k", False): 16,
         ("q6_k", False): 32,
     }
     with pytest.raises(
-        lm.DTypeError, match="activation_bits must be 8, 32 or, for Q8_0 and Q4_0, 16; got 16"
+        lm.DTypeError, match="activation_bits must be 8, 32 or, for Q8_0, Q4_0, Q4_K, 16; got 16"
     ):
         quant_matmul(x, wt, "q6_k", activation_bits=16)
 

@@ -87,33 +87,46 @@ static inline __m256i lq_load32(const void* p) { return _mm256_loadu_si256((cons
    (or dot(w, q1)), times `scale` = d1 / 256 (or d1).
    `qi`/`q2i` hold q1/q2 regrouped for the 512-bit kernels: per group of 4 blocks, the
    first 16 values of each block, then the last 16 (Q4_0's low and high nibbles); a tail
-   of fewer than 4 blocks stays in order. */
+   of fewer than 4 blocks stays in order. `qk`/`q2k`: per group of 8 blocks (a K-quant
+   super-block), the first 16 values of blocks 0 2 4 6, their last 16, then the same of
+   blocks 1 3 5 7 (Q4_K's low and high nibbles of its 4 chunks). */
 typedef struct {
     const int8_t* q;      /* q1 in order */
-    const int8_t* qi;     /* q1 regrouped */
+    const int8_t* qi;     /* q1 regrouped by 4 */
+    const int8_t* qk;     /* q1 regrouped by 8 */
     const int8_t* q2;     /* q2 in order; NULL with 8 bits */
-    const int8_t* q2i;    /* q2 regrouped; NULL with 8 bits */
+    const int8_t* q2i;    /* q2 regrouped by 4; NULL with 8 bits */
+    const int8_t* q2k;    /* q2 regrouped by 8; NULL with 8 bits */
     const float* d1;      /* per block */
-    const float* s;       /* d1 * sum(q1) per block (the K-quants' mins) */
     const float* scale;   /* per block: d1 / 256, or d1 */
     const int32_t* qsum;  /* per block: 256 sum(q1) + sum(q2), or sum(q1) */
 } lq_acts;
 
-/* the regrouped position of block b (of nb) */
-static inline void lq_regroup(int8_t* grouped, const int8_t* qb, int b, int nb) {
+/* block b (of nb) into the layouts regrouped by 4 and by 8 */
+static inline void lq_regroup(int8_t* by4, int8_t* by8, const int8_t* qb, int b, int nb) {
     if (b < nb / 4 * 4) {
-        int8_t* g = grouped + 4 * LQ_QK * (b / 4) + 16 * (b % 4);
+        int8_t* g = by4 + 4 * LQ_QK * (b / 4) + 16 * (b % 4);
         memcpy(g, qb, 16);
         memcpy(g + 64, qb + 16, 16);
     } else {
-        memcpy(grouped + LQ_QK * b, qb, LQ_QK);
+        memcpy(by4 + LQ_QK * b, qb, LQ_QK);
+    }
+    if (b < nb / 8 * 8) { /* even blocks' halves, then odd ones' */
+        const int j = b % 8;
+        int8_t* g = by8 + 8 * LQ_QK * (b / 8) + 128 * (j & 1) + 16 * (j >> 1);
+        memcpy(g, qb, 16);
+        memcpy(g + 64, qb + 16, 16);
+    } else {
+        memcpy(by8 + LQ_QK * b, qb, LQ_QK);
     }
 }
 
-/* one row of k floats; q2/q2i NULL: 8 bits */
-static void lq_quantize_row(const float* x, int k, int8_t* q, int8_t* qi, int8_t* q2, int8_t* q2i,
-                            float* d1, float* s, float* scale, int32_t* qsum) {
+/* one row of k floats into `out` (q1 its first 3k bytes: in order, by 4, by 8; q2 the
+   next 3k if `two_levels`) and per-block d1, scale, qsum */
+static void lq_quantize_row(const float* x, int k, int8_t* out, int two_levels, float* d1,
+                            float* scale, int32_t* qsum) {
     const int nb = k / LQ_QK;
+    int8_t *q = out, *q2 = two_levels ? out + 3 * k : NULL;
     for (int b = 0; b < nb; b++) {
         const float* xb = x + LQ_QK * b;
         int8_t* qb = q + LQ_QK * b;
@@ -156,11 +169,10 @@ static void lq_quantize_row(const float* x, int k, int8_t* q, int8_t* qi, int8_t
         }
 #endif
         d1[b] = db;
-        s[b] = db * (float)sum;
         scale[b] = q2b ? db / 256.0f : db;
         qsum[b] = q2b ? 256 * sum + sum2 : sum;
-        lq_regroup(qi, qb, b, nb);
-        if (q2b) lq_regroup(q2i, q2b, b, nb);
+        lq_regroup(q + k, q + 2 * k, qb, b, nb);
+        if (q2b) lq_regroup(q2 + k, q2 + 2 * k, q2b, b, nb);
     }
 }
 
@@ -187,6 +199,15 @@ static inline __m512i lq_sum16(const __m512i g[4]) {
     const __m512i cd = _mm512_add_epi32(_mm512_permutex2var_epi32(g[2], even, g[3]),
                                         _mm512_permutex2var_epi32(g[2], odd, g[3]));
     return _mm512_add_epi32(_mm512_permutex2var_epi32(ab, even, cd), _mm512_permutex2var_epi32(ab, odd, cd));
+}
+
+/* each byte's high nibble, as a byte: one affine bit-matrix op with GFNI */
+static inline __m512i lq_high_nibbles(__m512i raw) {
+#if defined(__GFNI__)
+    return _mm512_gf2p8affine_epi64_epi8(raw, _mm512_set1_epi64(0x1020408000000000LL), 0);
+#else
+    return _mm512_and_si512(_mm512_srli_epi16(raw, 4), _mm512_set1_epi8(0x0F));
+#endif
 }
 
 /* four 16-byte pieces at p, p + stride, p + 2 stride, p + 3 stride in one register */
@@ -220,17 +241,17 @@ static void lq_matmul_rows(float* out, const float* x, const uint8_t* w, long lo
 static void lq_matmul_quantized(float* out, const float* x, const uint8_t* w, long long m,
                                 int n, int k, long long row_bytes, int bits, lq_dot_fn dot) {
     const int nb = k / LQ_QK, levels = bits == 16 ? 2 : 1;
-    int8_t* q = (int8_t*)aligned_alloc(64, (size_t)(2 * levels * m * k + 64));
-    float* f = (float*)malloc(sizeof(float) * 3 * (size_t)m * nb);
+    int8_t* q = (int8_t*)aligned_alloc(64, (size_t)(3 * levels * m * k + 64));
+    float* f = (float*)malloc(sizeof(float) * 2 * (size_t)m * nb);
     int32_t* qsum = (int32_t*)malloc(sizeof(int32_t) * (size_t)m * nb);
     lq_acts* acts = (lq_acts*)malloc(sizeof(lq_acts) * (size_t)m);
     for (long long r = 0; r < m; r++) {
-        int8_t* q1 = q + 2 * levels * r * k;
-        int8_t* q2 = levels == 2 ? q1 + 2 * k : NULL;
-        float* d1 = f + 3 * r * nb;
-        lq_quantize_row(x + r * k, k, q1, q1 + k, q2, q2 ? q2 + k : NULL, d1, d1 + nb, d1 + 2 * nb,
-                        qsum + r * nb);
-        acts[r] = (lq_acts){q1, q1 + k, q2, q2 ? q2 + k : NULL, d1, d1 + nb, d1 + 2 * nb, qsum + r * nb};
+        int8_t* q1 = q + 3 * levels * r * k;
+        int8_t* q2 = levels == 2 ? q1 + 3 * k : NULL;
+        float* d1 = f + 2 * r * nb;
+        lq_quantize_row(x + r * k, k, q1, levels == 2, d1, d1 + nb, qsum + r * nb);
+        acts[r] = (lq_acts){q1, q1 + k, q1 + 2 * k, q2, q2 ? q2 + k : NULL, q2 ? q2 + 2 * k : NULL,
+                            d1, d1 + nb, qsum + r * nb};
     }
 #pragma omp parallel for schedule(static)
     for (int j = 0; j < n; j++) {

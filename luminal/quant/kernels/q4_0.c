@@ -28,15 +28,6 @@ static inline __m512i lq_q4_0_group(const uint8_t* p, __m512i* head) {
 #endif
 }
 
-/* each byte's high nibble, as a byte: one affine bit-matrix op with GFNI */
-static inline __m512i lq_high_nibbles(__m512i raw) {
-#if defined(__GFNI__)
-    return _mm512_gf2p8affine_epi64_epi8(raw, _mm512_set1_epi64(0x1020408000000000LL), 0);
-#else
-    return _mm512_and_si512(_mm512_srli_epi16(raw, 4), _mm512_set1_epi8(0x0F));
-#endif
-}
-
 /* the 16 scales of 4 groups' heads, as floats */
 static inline __m512 lq_q4_0_scales16(const __m512i head[4]) {
     const __m512i pick = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,

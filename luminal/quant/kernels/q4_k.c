@@ -3,61 +3,107 @@
    its low nibbles and 2c+1 in its high ones; w = (d * scale_j) * q - dmin * min_j. */
 #define LQ_Q4_K_BYTES 144
 
-static inline void lq_q4_k_scales(const uint8_t* p, uint8_t* scales, uint8_t* mins) {
-    for (int j = 0; j < 4; j++) {
-        scales[j] = p[j] & 63;
-        mins[j] = p[j + 4] & 63;
-        scales[j + 4] = (p[j + 8] & 0x0F) | ((p[j] >> 6) << 4);
-        mins[j + 4] = (p[j + 8] >> 4) | ((p[j + 4] >> 6) << 4);
-    }
+/* llama.cpp's word-wise unpacking of the 12 bytes: the 8 scales are the bytes of u[0],
+   u[1]; the 8 mins those of u[2], u[3] */
+static inline void lq_q4_k_words(const uint8_t* p, uint32_t u[4]) {
+    memcpy(u, p, 12);
+    u[3] = ((u[2] >> 4) & 0x0F0F0F0F) | (((u[1] >> 6) & 0x03030303) << 4);
+    const uint32_t low_mins = u[1] & 0x3F3F3F3F;
+    u[1] = (u[2] & 0x0F0F0F0F) | (((u[0] >> 6) & 0x03030303) << 4);
+    u[2] = low_mins;
+    u[0] &= 0x3F3F3F3F;
 }
 
+static inline void lq_q4_k_scales(const uint8_t* p, uint8_t* scales, uint8_t* mins) {
+    uint32_t u[4];
+    lq_q4_k_words(p, u);
+    memcpy(scales, u, 8);
+    memcpy(mins, u + 2, 8);
+}
+
+/* sum of nibbles (low or high ones of 32 bytes) times 32 activations */
+static inline int lq_q4_k_sub_dot(const uint8_t* qs, int high, const int8_t* q) {
+#if defined(LQ_AVX2)
+    const __m256i raw = lq_load32(qs);
+    const __m256i nibbles = _mm256_and_si256(high ? _mm256_srli_epi16(raw, 4) : raw, _mm256_set1_epi8(0x0F));
+    const __m256i p = lq_dot_u8s8(nibbles, lq_load32(q));
+    const __m128i h = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
+    const __m128i h2 = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4E));
+    return _mm_cvtsi128_si32(_mm_add_epi32(h2, _mm_shuffle_epi32(h2, 0xB1)));
+#else
+    int isum = 0;
+    for (int i = 0; i < 32; i++) isum += (high ? qs[i] >> 4 : qs[i] & 0x0F) * q[i];
+    return isum;
+#endif
+}
+
+/* integer dots (see lq_acts): per sub-block j, (d sc_j) * scale * dot - (dmin m_j) * scale * qsum */
 static float lq_dot_q4_k(const uint8_t* w, const lq_acts* a, int k) {
-    const int8_t* q = a->q;
-    const float* d = a->d1;
-    const float* s = a->s;
     const int nsb = k / 256;
     float sum = 0.0f, offset = 0.0f;
-#if defined(LQ_AVX2)
-    __m256 acc = _mm256_setzero_ps();
-    const __m256i mask = _mm256_set1_epi8(0x0F);
+    int sb = 0;
+#if defined(LQ_VNNI512)
+    const __m512i mask = _mm512_set1_epi8(0x0F);
+    __m512 acc = _mm512_setzero_ps(), offsets = _mm512_setzero_ps();
+    for (; sb + 2 <= nsb; sb += 2) {
+        __m512i g[4];
+        uint32_t words[2][4];
+        float dd[2], dmin[2];
+        for (int u = 0; u < 2; u++) {
+            const uint8_t* blk = w + (long long)(sb + u) * LQ_Q4_K_BYTES;
+            dd[u] = lq_f16(blk);
+            dmin[u] = lq_f16(blk + 2);
+            lq_q4_k_words(blk + 4, words[u]);
+            /* first and last 16 bytes of the 4 chunks: low nibbles are sub-blocks 0 2 4 6,
+               high ones 1 3 5 7 */
+            const __m512i z0 = _mm512_loadu_si512(blk + 16), z1 = _mm512_loadu_si512(blk + 80);
+            const __m512i first = _mm512_shuffle_i64x2(z0, z1, _MM_SHUFFLE(2, 0, 2, 0));
+            const __m512i last = _mm512_shuffle_i64x2(z0, z1, _MM_SHUFFLE(3, 1, 3, 1));
+            const int8_t* q = a->qk + 256LL * (sb + u);
+            const __m512i parts[4] = {_mm512_and_si512(first, mask), _mm512_and_si512(last, mask),
+                                      lq_high_nibbles(first), lq_high_nibbles(last)};
+            for (int h = 0; h < 2; h++) {
+                __m512i* out = &g[2 * u + h];
+                *out = _mm512_dpbusd_epi32(_mm512_setzero_si512(), parts[2 * h], _mm512_loadu_si512(q + 128 * h));
+                *out = _mm512_dpbusd_epi32(*out, parts[2 * h + 1], _mm512_loadu_si512(q + 128 * h + 64));
+                if (a->q2k) {
+                    const int8_t* q2 = a->q2k + 256LL * (sb + u) + 128 * h;
+                    *out = _mm512_dpbusd_epi32(_mm512_slli_epi32(*out, 8), parts[2 * h], _mm512_loadu_si512(q2));
+                    *out = _mm512_dpbusd_epi32(*out, parts[2 * h + 1], _mm512_loadu_si512(q2 + 64));
+                }
+            }
+        }
+        /* lanes: sub-blocks 0 2 4 6 1 3 5 7 of each super-block -> in order */
+        const __m512i order = _mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
+        const __m512 dots = _mm512_cvtepi32_ps(_mm512_permutexvar_epi32(order, lq_sum16(g)));
+        const __m512 scale = _mm512_loadu_ps(a->scale + 8 * sb);
+        const __m128i sc8 = _mm_set_epi32((int)words[1][1], (int)words[1][0], (int)words[0][1], (int)words[0][0]);
+        const __m128i mn8 = _mm_set_epi32((int)words[1][3], (int)words[1][2], (int)words[0][3], (int)words[0][2]);
+        const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sc8));
+        const __m512 mn = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(mn8));
+        const __m512 d = _mm512_insertf32x8(_mm512_set1_ps(dd[0]), _mm256_set1_ps(dd[1]), 1);
+        const __m512 m = _mm512_insertf32x8(_mm512_set1_ps(dmin[0]), _mm256_set1_ps(dmin[1]), 1);
+        const __m512 qsum = _mm512_cvtepi32_ps(_mm512_loadu_si512(a->qsum + 8 * sb));
+        acc = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_mul_ps(d, sc), scale), dots, acc);
+        offsets = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_mul_ps(m, mn), scale), qsum, offsets);
+    }
+    sum = _mm512_reduce_add_ps(acc);
+    offset = _mm512_reduce_add_ps(offsets);
 #endif
-    for (int sb = 0; sb < nsb; sb++) {
+    for (; sb < nsb; sb++) {
         const uint8_t* blk = w + (long long)sb * LQ_Q4_K_BYTES;
         const float dd = lq_f16(blk), dmin = lq_f16(blk + 2);
         uint8_t scales[8], mins[8];
         lq_q4_k_scales(blk + 4, scales, mins);
-        const int8_t* qx = q + 256 * sb;
-        const float* dx = d + 8 * sb;
-        float min_sum = 0.0f;
-        for (int j = 0; j < 8; j++) min_sum += (float)mins[j] * s[8 * sb + j];
-        offset += dmin * min_sum;
-#if defined(LQ_AVX2)
-        for (int c = 0; c < 4; c++) {
-            const __m256i raw = lq_load32(blk + 16 + 32 * c);
-            const __m256i lo = _mm256_and_si256(raw, mask);
-            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask);
-            const __m256 p0 = _mm256_cvtepi32_ps(lq_dot_u8s8(lo, lq_load32(qx + 64 * c)));
-            const __m256 p1 = _mm256_cvtepi32_ps(lq_dot_u8s8(hi, lq_load32(qx + 64 * c + 32)));
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(dd * (float)scales[2 * c] * dx[2 * c]), p0, acc);
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(dd * (float)scales[2 * c + 1] * dx[2 * c + 1]), p1, acc);
+        for (int j = 0; j < 8; j++) {
+            const int b = 8 * sb + j;
+            const uint8_t* qs = blk + 16 + 32 * (j / 2);
+            int isum = lq_q4_k_sub_dot(qs, j & 1, a->q + LQ_QK * b);
+            if (a->q2) isum = 256 * isum + lq_q4_k_sub_dot(qs, j & 1, a->q2 + LQ_QK * b);
+            sum += dd * (float)scales[j] * a->scale[b] * (float)isum;
+            offset += dmin * (float)mins[j] * a->scale[b] * (float)a->qsum[b];
         }
-#else
-        for (int c = 0; c < 4; c++) {
-            int lo = 0, hi = 0;
-            for (int i = 0; i < 32; i++) {
-                const uint8_t byte = blk[16 + 32 * c + i];
-                lo += (byte & 0x0F) * qx[64 * c + i];
-                hi += (byte >> 4) * qx[64 * c + 32 + i];
-            }
-            sum += dd * (float)scales[2 * c] * dx[2 * c] * (float)lo;
-            sum += dd * (float)scales[2 * c + 1] * dx[2 * c + 1] * (float)hi;
-        }
-#endif
     }
-#if defined(LQ_AVX2)
-    sum += lq_hsum8(acc);
-#endif
     return sum - offset;
 }
 
