@@ -37,7 +37,6 @@ from luminal.kernel import ir
 from luminal.kernel.indexing import LOOP_MARK, is_loop_index, loop_index, loop_name
 from luminal.shape.expr import ONE, Atom, Expr, sym
 
-TILE_SIZES = (4, 8, 16, 32)
 VECTOR_WIDTHS = (256, 512)
 THREAD_KINDS = ("serial", "parallel")
 
@@ -116,11 +115,9 @@ def _mentions(node: object, name: str) -> bool:
     return any(isinstance(x, Expr) and name in _loop_vars(x) for x in walk(node))
 
 
-def _index_var(expr_tree: object, name: str, extent: Expr | None = None) -> Expr:
+def _index_var(expr_tree: object, name: str) -> Expr:
     """The Expr variable of the loop/index local `name`, with the upper bound it has in
-    `expr_tree` (or from `extent`)."""
-    if extent is not None:
-        return loop_index(name, extent)
+    `expr_tree`."""
     key = name + LOOP_MARK
     for x in walk(expr_tree):
         if isinstance(x, Expr):
@@ -338,8 +335,8 @@ def unroll(kernel: ir.Kernel, opt: Opt) -> ir.Kernel:
     extent, factor = _factor(kernel, opt, loop)
     if any(isinstance(x, ir.CheckIndex) and x.action == "skip" for x in walk(loop.body)):
         raise _illegal(kernel, opt, f"loop {loop.var} skips iterations (`continue`)")
-    if any(isinstance(x, ir.LocalMemory | ir.Barrier) for x in walk(loop.body)):
-        raise _illegal(kernel, opt, f"loop {loop.var} holds local memory or a barrier")
+    if any(isinstance(x, ir.LocalMemory | ir.Barrier | ir.Alloc) for x in walk(loop.body)):
+        raise _illegal(kernel, opt, f"loop {loop.var} holds local memory, scratch or a barrier")
     taken = _names(kernel)
     declared = sorted({x.name for x in walk(loop.body) if isinstance(x, ir.Declare | ir.Reduction)})
     whole = factor == extent
@@ -385,7 +382,7 @@ def _dependence(loop: ir.Loop) -> str | None:
             written.add(x.param)
         if isinstance(x, ir.Assign | ir.Accumulate) and x.name not in declared:
             return f"iterations update {x.name}, declared outside the loop"
-        if isinstance(x, ir.Call):
+        if isinstance(x, ir.Call | ir.LibraryCall):
             return f"it calls {x.function}, whose effects are unknown"
     for x in walk(loop.body):
         if isinstance(x, ir.Load) and x.param in written and loop.var not in _loop_vars(x.index):

@@ -8,10 +8,14 @@ import pytest
 
 import luminal as lm
 from luminal import ops
+from luminal.backends.cpu import tuning
 from luminal.backends.cpu.compiler import RULESETS
+from luminal.backends.cpu.lowering import assemble, lower_kernels
 from luminal.backends.cpu.matmul_options import SEARCHED_SCHEDULES, matmul_problem
 from luminal.backends.cpu.tuning import CpuSearchSpace
 from luminal.compiler.egraph import EGraphCompiler
+from luminal.kernel import ir
+from luminal.kernel.transforms import walk
 from luminal.schedule.epilogue import match_epilogue
 
 
@@ -103,3 +107,50 @@ def test_epilogue_recognised_from_a_linear_layer() -> None:
         "relu",
         True,
     )
+
+
+def _calls(kernel: ir.Kernel) -> list[ir.LibraryCall]:
+    return [x for x in walk(kernel.body) if isinstance(x, ir.LibraryCall)]
+
+
+def test_products_are_ir_library_calls() -> None:
+    """sgemm and the generated matmul are IR kernels calling a library function: BLAS's
+    sgemm (or the split-K function of the kernel's prelude), the generated product's
+    function (the kernel's prelude, rendered from the schedule)."""
+    name, build, _ = next(_cases(np.random.default_rng(0)))
+    cx = lm.Graph()
+    build(cx, lambda v: cx.tensor(v.shape).set(v)).retrieve()
+    space = _space(cx)
+    (site,) = [s for s in space.sites if any(o.startswith("gen") for o in s.options)]
+    static = space.lowering({}).kernels[space.node_of[site.key]]
+    assert [c.function for c in _calls(static.kernel)] == ["lm_sgemm_split_k"]
+    option = next(o for o in site.options if o.startswith("gen+epilogue"))
+    lowering = space.lowering({site.key: option})
+    (generated,) = [k for k in lowering.kernels.values() if _calls(k.kernel)]
+    (call,) = _calls(generated.kernel)
+    assert call.reports_alloc and generated.kernel.prelude.startswith("/* luminal matmul")
+    assert option.removeprefix("gen+epilogue:") in generated.kernel.prelude
+
+
+def test_loop_knobs_apply_to_sgemm_packing_loops(rng) -> None:
+    """An operand BLAS cannot read in place is packed by IR loops (outermost parallel),
+    so the loop knobs of the search apply to them; each variant computes the product."""
+    av = rng.uniform(-1, 1, (64, 96)).astype(np.float32)
+    bv = rng.uniform(-1, 1, (48, 32)).astype(np.float32)
+    cx = lm.Graph()
+    y = (cx.tensor(av.shape).set(av)[:, ::2] @ cx.tensor(bv.shape).set(bv)).retrieve()
+    _space(cx)  # the generic and e-graph passes: the product is a Contract
+    lowering = lower_kernels(cx)
+    (node_id,) = [n for n, k in lowering.kernels.items() if _calls(k.kernel)]
+    sgemm = lowering.kernels[node_id]
+    assert any(isinstance(x, ir.Alloc) for x in sgemm.kernel.body)
+    names = [o.name for o in tuning.loop_options(lowering, node_id, {})]
+    assert {"serial", "parallel", "vector_width(512)+serial"} <= set(names)
+    for option in tuning.loop_options(lowering, node_id, {}):
+        variant = lower_kernels(cx)
+        option.apply(variant, node_id)
+        compiled = assemble(variant)
+        compiled.build()
+        cx.compiled = compiled
+        cx.execute()
+        np.testing.assert_allclose(y.numpy(), av[:, ::2] @ bv, rtol=1e-4, atol=1e-4)

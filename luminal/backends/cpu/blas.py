@@ -12,6 +12,12 @@ matrix inside the same kernel, one loop per logical axis (no divisions in the in
 arithmetic). The output must take the M and N axes as two row-major groups; otherwise
 the contraction is left to a generated loop (`None`). The sgemm is MKL's or OpenBLAS's
 (see `toolchain.blas_flags`), one call per batch index.
+
+The kernel is IR (`luminal.kernel.ir`): packing loops are IR loops storing into `Alloc`'d
+scratch, sgemm is an `ir.LibraryCall`; an unbatched product calls `lm_sgemm_split_k`, a
+library function in the kernel's prelude (`SPLIT_K`) that splits K over threads when the
+output is small and K long, so loop knobs (`kernel/transforms.py`) apply to the packing
+loops and the renderer writes the C.
 """
 
 from __future__ import annotations
@@ -21,31 +27,32 @@ from dataclasses import dataclass
 
 from luminal import ops
 from luminal.backends.cpu import toolchain
-from luminal.backends.cpu.codegen import (
-    C_STORAGE,
-    PARALLEL_THRESHOLD,
-    KernelSource,
-    KernelWriter,
-    _finish_source,
-    c_expr,
-)
+from luminal.backends.cpu.codegen import KernelSource, kernel_source
 from luminal.dtype import DType
 from luminal.graph import Edge, Graph, Node
-from luminal.kernel.indexing import flat_index
+from luminal.kernel import ir
+from luminal.kernel.indexing import flat_index, loop_name
+from luminal.kernel.values import ValueLowering
 from luminal.schedule.contraction import classify, matrix_layout, merged_axes
-from luminal.shape.expr import ONE, ZERO, Expr
+from luminal.shape.expr import ONE, ZERO, Expr, sym
 from luminal.shape.tracker import contiguous_strides
+
+F32 = DType.float32
 
 
 def _sgemm() -> str:
     return toolchain.blas_flags().sgemm
 
 
-def _prototype() -> str:
-    return (
-        f"void {_sgemm()}(int, int, int, int, int, int, float, const float*, int, "
+def _prelude(split_k: bool) -> str:
+    """The sgemm prototype, and the split-K library function for an unbatched product."""
+    sgemm = _sgemm()
+    prototype = (
+        f"void {sgemm}(int, int, int, int, int, int, float, const float*, int, "
         "const float*, int, float, float*, int);"
     )
+    library = "\n" + SPLIT_K.replace("SGEMM(", f"{sgemm}(") if split_k else ""
+    return "#include <stdlib.h>\n#include <omp.h>\n" + prototype + library
 
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
@@ -54,10 +61,10 @@ FLIP = {NO_TRANS: TRANS, TRANS: NO_TRANS}
 
 @dataclass
 class Operand:
-    """One sgemm operand: the C pointer expression per batch index, and how BLAS reads
-    it (transpose flag, leading dimension)."""
+    """One sgemm operand: the buffer parameter (or scratch name), the element offset per
+    batch index, and how BLAS reads it (transpose flag, leading dimension)."""
 
-    pointer: str
+    param: int | str
     offset: Expr
     trans: int
     ld: Expr
@@ -66,7 +73,17 @@ class Operand:
 def blas_contract_kernel(
     graph: Graph, node: Node, materialised: set[int], dims: Sequence[str]
 ) -> KernelSource | None:
-    if node.dtype != DType.float32:
+    """The rendered sgemm kernel of a contraction, or None (see `sgemm_kernel`)."""
+    kernel = sgemm_kernel(graph, node, materialised, dims)
+    return None if kernel is None else kernel_source(kernel)
+
+
+def sgemm_kernel(
+    graph: Graph, node: Node, materialised: set[int], dims: Sequence[str]
+) -> ir.Kernel | None:
+    """The IR of a contraction as sgemm calls, or None when BLAS cannot compute it (not
+    float32, no M or N axis, output axes that do not form a row-major matrix)."""
+    if node.dtype != F32:
         return None
     a_edge, b_edge = node.inputs
     shape = tuple(a_edge.view.shape)
@@ -90,25 +107,25 @@ def blas_contract_kernel(
         swap, ldc = True, sc_n
     else:
         swap, ldc = False, (sc_m if axes.m else n)
-    writer = KernelWriter(graph, materialised - {node.id})
-    writer.buffer(node.id)
-    index = [writer.loop_var(f"i{j}_", shape[d]) for j, d in enumerate(axes.batch)]
+    w = ValueLowering(graph, materialised - {node.id})
+    w.param(node.id)
+    index = [w.loop_var(f"i{j}_", shape[d]) for j, d in enumerate(axes.batch)]
     batch_flat = flat_index(index, [shape[d] for d in axes.batch])
-    prologue: list[str] = []
-    epilogue: list[str] = []
+    prologue: list[ir.Stmt] = []
+    frees: list[ir.Stmt] = []
     operands = []
     scratch: list[Expr] = []
     for name, edge, rows, cols, size in (
         ("pa", a_edge, axes.m, axes.k, (m, k)),
         ("pb", b_edge, axes.k, axes.n, (k, n)),
     ):
-        operand = _in_place(graph, writer, edge, axes.batch, index, rows, cols, materialised)
+        operand = _in_place(graph, w, edge, axes.batch, index, rows, cols, materialised)
         if operand is None:
-            fill, matrix, transposed, nbytes = _pack(writer, edge, axes.batch, rows, cols, name)
-            prologue.append(_checked_malloc(name, nbytes, epilogue))
-            prologue.append(fill)
-            epilogue.append(f"free({name});")
-            scratch.append(nbytes)
+            fill, matrix, transposed, elements = _pack(w, edge, axes.batch, rows, cols, name)
+            released = tuple(f.name for f in frees)  # type: ignore[attr-defined]
+            prologue += [ir.Alloc(name, F32, elements, released), *fill]
+            frees.append(ir.Free(name))
+            scratch.append(elements * 4)
             ld = size[0] if transposed else size[1]
             operand = Operand(name, batch_flat * matrix, TRANS if transposed else NO_TRANS, ld)
         operands.append(operand)
@@ -116,47 +133,44 @@ def blas_contract_kernel(
     c_off = sum((i * out_strides[d] for i, d in zip(index, axes.batch, strict=True)), ZERO)
     first, second, rows_c, cols_c = (b, a, n, m) if swap else (a, b, m, n)
     t1, t2 = (FLIP[b.trans], FLIP[a.trans]) if swap else (a.trans, b.trans)
-    call = (
-        f"{_sgemm()}({ROW_MAJOR}, {t1}, {t2}, (int)({c_expr(rows_c)}), (int)({c_expr(cols_c)}), "
-        f"(int)({c_expr(k)}), 1.0f, {first.pointer} + {c_expr(first.offset)}, "
-        f"{_leading(first.ld)}, {second.pointer} + {c_expr(second.offset)}, "
-        f"{_leading(second.ld)}, 0.0f, b0 + {c_expr(c_off)}, {_leading(ldc)});"
-    )
-    body = call
-    if not axes.batch:
-        body = _split_k(call, (first, t1), (second, t2), rows_c, cols_c, k, c_off, ldc)
+    if axes.batch:
+        call: ir.Stmt = ir.LibraryCall(
+            _sgemm(),
+            (
+                sym(ROW_MAJOR), sym(t1), sym(t2), rows_c, cols_c, k, ir.Const(1.0, F32),
+                ir.Pointer(first.param, first.offset), _leading(first.ld),
+                ir.Pointer(second.param, second.offset), _leading(second.ld),
+                ir.Const(0.0, F32), ir.Pointer(0, c_off), _leading(ldc),
+            ),
+        )  # fmt: skip
+    else:
+        call = ir.LibraryCall(
+            "lm_sgemm_split_k",
+            (
+                sym(t1), sym(t2), rows_c, cols_c, k,
+                ir.Pointer(first.param, first.offset), first.ld,
+                ir.Pointer(second.param, second.offset), second.ld,
+                ir.Pointer(0, c_off), ldc,
+            ),
+        )  # fmt: skip
+    body: tuple[ir.Stmt, ...] = (call,)
     for i, d in reversed(list(zip(index, axes.batch, strict=True))):
-        loop = c_expr(i)
-        body = f"for (long long {loop} = 0; {loop} < {c_expr(shape[d])}; {loop}++) {{\n{body}\n}}"
-    body = "\n".join([*prologue, body, *epilogue])
-    body = "\n".join("    " + line for line in body.splitlines())
-    types = ["float* restrict b0"] + [
-        f"const {C_STORAGE[graph.nodes[n].dtype]}* restrict b{i}"
-        for i, n in enumerate(writer.buffers[1:], start=1)
-    ]
-    prelude = "#include <stdlib.h>\n#include <omp.h>\n" + _prototype()
-    computed = sorted({*writer.nodes, node.id})
-    return _finish_source(
+        body = (ir.Loop(_name(i), shape[d], "serial", body),)
+    computed = tuple(sorted({*w.nodes, node.id}))
+    return ir.Kernel(
         "sgemm",
-        writer.buffers,
-        types,
-        dims,
-        body,
+        w.kernel_params(),
+        tuple(dims),
+        (*prologue, *body, *frees),
         computed,
-        prelude=prelude,
-        faults=bool(scratch),
-        scratch=scratch,
+        scratch=tuple(scratch),
+        prelude=_prelude(split_k=not axes.batch),
+        reports_faults=bool(scratch),
     )
 
 
-def _checked_malloc(name: str, nbytes: Expr, frees: list[str]) -> str:
-    """C allocating `nbytes` for `name`; on failure the run's fault record names the bytes
-    and the kernel returns, freeing the scratch allocated before (`frees`)."""
-    size = c_expr(nbytes)
-    return (
-        f"float* {name} = (float*)malloc((size_t)({size}));\n"
-        f"if (!{name}) {{ {' '.join(frees)} lm_fault_alloc(lm_fault, {size}); return; }}"
-    )
+def _name(index: Expr) -> str:
+    return loop_name(index.terms[0][0][0].args[0])
 
 
 # a product with a small output and a long K (a convolution's weight gradient: 6 x 25
@@ -166,66 +180,54 @@ SPLIT_K_MAX_OUTPUT = 4096
 SPLIT_K_MIN_K = 4096
 
 
-def _leading(ld: Expr) -> str:
+def _leading(ld: Expr) -> Expr:
     """A leading dimension as BLAS requires it, at least 1 (a symbolic size of 0 would
     make sgemm reject the call and leave the output unwritten)."""
-    text = c_expr(ld)
-    return f"(int)(({text}) > 1 ? ({text}) : 1)"
+    return ld.max(1)
 
 
-def _split_k(
-    call: str,
-    first: tuple[Operand, int],
-    second: tuple[Operand, int],
-    rows: Expr,
-    cols: Expr,
-    k: Expr,
-    c_off: Expr,
-    ldc: Expr,
-) -> str:
-    """`call`, or at run time (several threads, a small output, a long K) one sgemm per
-    thread over a slice of K into a private matrix, then the sum of those matrices."""
-    (a, ta), (b, tb) = first, second
-    # where the slice starting at k0_ begins: along a row of a stored op(X) = X (no
-    # transpose) the K index is the column; for a transposed one it is the row
-    a_at = "k0_" if ta == NO_TRANS else f"k0_ * (long long)({c_expr(a.ld)})"
-    b_at = f"k0_ * (long long)({c_expr(b.ld)})" if tb == NO_TRANS else "k0_"
-    sliced = (
-        f"{_sgemm()}({ROW_MAJOR}, {ta}, {tb}, (int)m_, (int)n_, (int)(k1_ - k0_), 1.0f, "
-        f"{a.pointer} + {c_expr(a.offset)} + {a_at}, (int)({c_expr(a.ld)}), "
-        f"{b.pointer} + {c_expr(b.offset)} + {b_at}, (int)({c_expr(b.ld)}), 0.0f, "
-        "part_ + (long long)t_ * m_ * n_, (int)n_);"
-    )
-    return f"""{{
-const long long m_ = {c_expr(rows)}, n_ = {c_expr(cols)}, k_ = {c_expr(k)};
-const int nt_ = omp_get_max_threads();
-const int split_ = nt_ > 1 && m_ * n_ <= {SPLIT_K_MAX_OUTPUT} && k_ >= {SPLIT_K_MIN_K};
-/* the partial sums' memory; without it (calloc failed) one plain call does the work */
-float* part_ = split_ ? (float*)calloc((size_t)(nt_ * m_ * n_), sizeof(float)) : 0;
-if (part_) {{
-    #pragma omp parallel num_threads(nt_)
-    {{
-        const int t_ = omp_get_thread_num(), count_ = omp_get_num_threads();
-        const long long k0_ = k_ * t_ / count_, k1_ = k_ * (t_ + 1) / count_;
-        {sliced}
+# C: sgemm of an unbatched product, or (several threads, a small output, a long K) one
+# sgemm per thread over a slice of K into a private matrix, then the sum of those
+# matrices; `SGEMM` is replaced by the BLAS symbol. Where the slice starting at k0 begins:
+# along a row of a stored op(X) = X (no transpose) the K index is the column; for a
+# transposed one it is the row.
+SPLIT_K = f"""/* C (m x n, row-major, ldc) = op(A) op(B) */
+static void lm_sgemm_split_k(int ta, int tb, long long m, long long n, long long k,
+        const float* a, long long lda, const float* b, long long ldb, float* c, long long ldc)
+{{
+    const int nt = omp_get_max_threads();
+    const int split = nt > 1 && m * n <= {SPLIT_K_MAX_OUTPUT} && k >= {SPLIT_K_MIN_K};
+    /* the partial sums' memory; without it (calloc failed) one plain call does the work */
+    float* part = split ? (float*)calloc((size_t)(nt * m * n), sizeof(float)) : 0;
+    if (!part) {{
+        SGEMM({ROW_MAJOR}, ta, tb, (int)m, (int)n, (int)k, 1.0f, a, (int)(lda > 1 ? lda : 1),
+            b, (int)(ldb > 1 ? ldb : 1), 0.0f, c, (int)(ldc > 1 ? ldc : 1));
+        return;
     }}
-    for (long long r_ = 0; r_ < m_; r_++) {{
-        for (long long c_ = 0; c_ < n_; c_++) {{
-            float total_ = 0.0f;
-            for (int t_ = 0; t_ < nt_; t_++) total_ += part_[(t_ * m_ + r_) * n_ + c_];
-            b0[{c_expr(c_off)} + r_ * (long long)({c_expr(ldc)}) + c_] = total_;
+    #pragma omp parallel num_threads(nt)
+    {{
+        const int t = omp_get_thread_num(), count = omp_get_num_threads();
+        const long long k0 = k * t / count, k1 = k * (t + 1) / count;
+        const float* a0 = a + (ta == {NO_TRANS} ? k0 : k0 * lda);
+        const float* b0 = b + (tb == {NO_TRANS} ? k0 * ldb : k0);
+        SGEMM({ROW_MAJOR}, ta, tb, (int)m, (int)n, (int)(k1 - k0), 1.0f, a0, (int)lda, b0,
+            (int)ldb, 0.0f, part + (long long)t * m * n, (int)n);
+    }}
+    for (long long r = 0; r < m; r++) {{
+        for (long long j = 0; j < n; j++) {{
+            float total = 0.0f;
+            for (int t = 0; t < nt; t++) total += part[(t * m + r) * n + j];
+            c[r * ldc + j] = total;
         }}
     }}
-    free(part_);
-}} else {{
-{call}
+    free(part);
 }}
-}}"""
+"""
 
 
 def _in_place(
     graph: Graph,
-    writer: KernelWriter,
+    w: ValueLowering,
     edge: Edge,
     batch: list[int],
     index: list[Expr],
@@ -252,30 +254,29 @@ def _in_place(
         (i * view.strides[d] for i, d in zip(index, batch, strict=True)), ZERO
     )
     transposed, ld = matrix
-    return Operand(writer.buffer(source.id), offset, TRANS if transposed else NO_TRANS, ld)
+    return Operand(w.param(source.id), offset, TRANS if transposed else NO_TRANS, ld)
 
 
 def _pack(
-    writer: KernelWriter,
+    w: ValueLowering,
     edge: Edge,
     batch: list[int],
     rows: list[int],
     cols: list[int],
     name: str,
-) -> tuple[str, Expr, bool, Expr]:
-    """C that fills `name`, a malloc'd row-major (batch..., rows, cols) matrix, or
+) -> tuple[tuple[ir.Stmt, ...], Expr, bool, Expr]:
+    """Loops that fill scratch `name` with a row-major (batch..., rows, cols) matrix, or
     (batch..., cols, rows) when the operand's memory runs along the column axes (then
-    `transposed` is True and BLAS reads it transposed), with one loop per logical axis.
-    Returns the code, the size of one batch's matrix, `transposed` and the bytes to
-    allocate (one spare float: a matrix may be empty)."""
+    `transposed` is True and BLAS reads it transposed), one loop per logical axis, the
+    outermost parallel. Returns the loops, the size of one batch's matrix, `transposed`
+    and the floats to allocate (one spare: a matrix may be empty)."""
     view = edge.view
     shape = view.shape
     transposed = bool(rows) and bool(cols) and _tightest(view, rows) < _tightest(view, cols)
     outer, inner = (cols, rows) if transposed else (rows, cols)
     order = [*batch, *outer, *inner]
-    loop_vars = {d: writer.loop_var(f"r{j}_", shape[d]) for j, d in enumerate(order)}
+    loop_vars = {d: w.loop_var(f"r{j}_", shape[d]) for j, d in enumerate(order)}
     indices = [loop_vars.get(d, ZERO) for d in range(len(shape))]
-    value = writer.edge(edge, indices)
     matrix = ONE
     for d in [*outer, *inner]:
         matrix = matrix * shape[d]
@@ -283,15 +284,12 @@ def _pack(
     for d in batch:
         total = total * shape[d]
     target = flat_index([loop_vars[d] for d in order], [shape[d] for d in order])
-    loops = f"{name}[{c_expr(target)}] = {value};"
+    nest: tuple[ir.Stmt, ...] = (ir.Store(name, target, w.edge(edge, indices), F32),)  # type: ignore[arg-type]
     for position, d in reversed(list(enumerate(order))):
-        loop = c_expr(loop_vars[d])
-        loops = f"for (long long {loop} = 0; {loop} < {c_expr(shape[d])}; {loop}++) {{\n{loops}\n}}"
-        if position == 0:
-            loops = (
-                f"#pragma omp parallel for if(({c_expr(total)}) > {PARALLEL_THRESHOLD})\n" + loops
-            )
-    return loops, matrix, transposed, (total + 1) * 4
+        kind = "parallel" if position == 0 else "serial"
+        work = total if position == 0 else None
+        nest = (ir.Loop(_name(loop_vars[d]), shape[d], kind, nest, work),)
+    return nest, matrix, transposed, total + 1
 
 
 def _tightest(view: object, axes: list[int]) -> float:

@@ -4,6 +4,11 @@ kernel when the product has exactly one reader that is such an epilogue.
 
 Only plain two-operand products qualify: concrete sizes, float32, no batch axis, no
 padding, operands BLAS could read in place (row axes may merge, as for BLAS).
+
+The kernel is IR: an `ir.LibraryCall` of the function `render_matmul` writes into the
+kernel's prelude. Choosing the schedule renders that library for the `MatmulSchedule`
+(data), so no option edits generated text; its micro-kernel (vector-extension C with
+register tiles and in-register transposes) stays a rendered library function.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from luminal import ops
-from luminal.backends.cpu.codegen import KernelSource, _finish_source
+from luminal.backends.cpu.codegen import KernelSource, kernel_source
 from luminal.backends.cpu.lowering import Lowering
 from luminal.backends.cpu.matmul_codegen import render_matmul
 from luminal.backends.cpu.matmul_schedule import MatmulSchedule
@@ -19,8 +24,10 @@ from luminal.backends.cpu.tuning import KernelOption
 from luminal.dtype import DType
 from luminal.errors import CompileError
 from luminal.graph import Node
+from luminal.kernel import ir
 from luminal.schedule.contraction import classify, matrix_layout, merged_axes
 from luminal.schedule.epilogue import Epilogue, FusedEpilogue, match_epilogue
+from luminal.shape.expr import sym
 from luminal.shape.tracker import contiguous_strides
 
 # the schedules offered per product, from timing the whole space (matmul_measure) at
@@ -109,49 +116,61 @@ def generated_kernel(
     schedule: MatmulSchedule,
     fused: FusedEpilogue | None,
 ) -> KernelSource:
+    return kernel_source(matmul_kernel(lowering, product, problem, schedule, fused))
+
+
+NULL = sym(0)  # a null pointer argument: no bias, no residual
+
+
+def matmul_kernel(
+    lowering: Lowering,
+    product: int,
+    problem: MatmulProblem,
+    schedule: MatmulSchedule,
+    fused: FusedEpilogue | None,
+) -> ir.Kernel:
+    """The IR of a generated product: one call of the register-blocked library function
+    `render_matmul` writes for this problem and `schedule` (the kernel's prelude: its
+    micro-kernel is GCC vector-extension C, rendered once), which returns the bytes of
+    packing scratch it could not allocate, recorded as an allocation fault."""
     graph = lowering.graph
     node = graph.nodes[product]
     a_edge, b_edge = node.inputs
     output = fused.consumer if fused else product
     buffers = [output, a_edge.source, b_edge.source]
-    types = ["float* restrict b0", "const float* restrict b1", "const float* restrict b2"]
-    bias_arg = residual_arg = "0"
+    bias = residual = NULL
     ldr = None
     if fused and fused.bias:
         buffers.append(fused.bias[0])
-        types.append(f"const float* restrict b{len(types)}")
-        bias_arg = f"b{len(types) - 1} + {fused.bias[1]}"
+        bias = ir.Pointer(len(buffers) - 1, sym(fused.bias[1]))
     if fused and fused.residual:
         buffers.append(fused.residual[0])
-        types.append(f"const float* restrict b{len(types)}")
-        residual_arg = f"b{len(types) - 1} + {fused.residual[1]}"
+        residual = ir.Pointer(len(buffers) - 1, sym(fused.residual[1]))
         ldr = fused.residual[2]
     epilogue = fused.epilogue if fused else Epilogue()
     p = problem
-    prelude = render_matmul(
-        "KERNEL_NAME_mm",
-        p.m,
-        p.n,
-        p.k,
-        p.a_trans,
-        p.b_trans,
-        p.lda,
-        p.ldb,
-        p.n,
-        schedule,
-        epilogue,
-        ldr,
+    library = render_matmul(
+        "KERNEL_NAME_mm", p.m, p.n, p.k, p.a_trans, p.b_trans, p.lda, p.ldb, p.n,
+        schedule, epilogue, ldr,
+    )  # fmt: skip
+    args = (
+        ir.Pointer(0, sym(0)),
+        ir.Pointer(1, sym(p.a_offset)),
+        ir.Pointer(2, sym(p.b_offset)),
+        bias,
+        residual,
     )
-    call = f"KERNEL_NAME_mm(b0, b1 + {p.a_offset}, b2 + {p.b_offset}, {bias_arg}, {residual_arg})"
-    # a packing buffer it could not allocate: its bytes go to the run's fault record
-    body = (
-        f"    const long long failed_ = {call};\n"
-        "    if (failed_) lm_fault_alloc(lm_fault, failed_);"
-    )
+    call = ir.LibraryCall("KERNEL_NAME_mm", args, reports_alloc=True)
+    params = tuple(ir.Param(n, DType.float32, output=i == 0) for i, n in enumerate(buffers))
     computed = [product] + (list(lowering.kernels[fused.consumer].nodes) if fused else [])
-    label = "matmul_epilogue" if fused else "matmul"
-    return _finish_source(
-        label, buffers, types, lowering.dims, body, sorted(set(computed)), prelude, faults=True
+    return ir.Kernel(
+        "matmul_epilogue" if fused else "matmul",
+        params,
+        tuple(lowering.dims),
+        (call,),
+        tuple(sorted(set(computed))),
+        prelude=library,
+        reports_faults=True,
     )
 
 

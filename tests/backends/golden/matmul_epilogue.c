@@ -327,7 +327,7 @@ long long lm_matmul_epilogue_<hash>_mm(float* restrict c, const float* restrict 
 
 /* matmul_epilogue */
 void lm_matmul_epilogue_<hash>(float* restrict b0, const float* restrict b1, const float* restrict b2, const float* restrict b3, const long long* restrict d, long long* restrict lm_fault) {
-    const long long failed_ = lm_matmul_epilogue_<hash>_mm(b0, b1 + 0, b2 + 0, b3 + 0, 0);
+    const long long failed_ = lm_matmul_epilogue_<hash>_mm(b0 + 0, b1 + 0, b2 + 0, b3 + 0, 0);
     if (failed_) lm_fault_alloc(lm_fault, failed_);
 }
 

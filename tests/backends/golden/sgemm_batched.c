@@ -8,7 +8,7 @@ void LM_SGEMM(int, int, int, int, int, int, float, const float*, int, const floa
 /* sgemm */
 void lm_sgemm_<hash>(float* restrict b0, const float* restrict b1, const float* restrict b2, const long long* restrict d) {
     for (long long i0_ = 0; i0_ < 3; i0_++) {
-    LM_SGEMM(101, 111, 111, (int)(16), (int)(8), (int)(32), 1.0f, b1 + 512*i0_, (int)((32) > 1 ? (32) : 1), b2 + 256*i0_, (int)((8) > 1 ? (8) : 1), 0.0f, b0 + 128*i0_, (int)((8) > 1 ? (8) : 1));
+        LM_SGEMM(101, 111, 111, 16, 8, 32, 1.0f, b1 + 512*i0_, 32, b2 + 256*i0_, 8, 0.0f, b0 + 128*i0_, 8);
     }
 }
 

@@ -17,33 +17,41 @@ void lm_constant_mul_exp2_<hash>(float* restrict b0, const float* restrict b1, c
 #include <stdlib.h>
 #include <omp.h>
 void LM_SGEMM(int, int, int, int, int, int, float, const float*, int, const float*, int, float, float*, int);
+/* C (m x n, row-major, ldc) = op(A) op(B) */
+static void lm_sgemm_split_k(int ta, int tb, long long m, long long n, long long k,
+        const float* a, long long lda, const float* b, long long ldb, float* c, long long ldc)
+{
+    const int nt = omp_get_max_threads();
+    const int split = nt > 1 && m * n <= 4096 && k >= 4096;
+    /* the partial sums' memory; without it (calloc failed) one plain call does the work */
+    float* part = split ? (float*)calloc((size_t)(nt * m * n), sizeof(float)) : 0;
+    if (!part) {
+        LM_SGEMM(101, ta, tb, (int)m, (int)n, (int)k, 1.0f, a, (int)(lda > 1 ? lda : 1),
+            b, (int)(ldb > 1 ? ldb : 1), 0.0f, c, (int)(ldc > 1 ? ldc : 1));
+        return;
+    }
+    #pragma omp parallel num_threads(nt)
+    {
+        const int t = omp_get_thread_num(), count = omp_get_num_threads();
+        const long long k0 = k * t / count, k1 = k * (t + 1) / count;
+        const float* a0 = a + (ta == 111 ? k0 : k0 * lda);
+        const float* b0 = b + (tb == 111 ? k0 * ldb : k0);
+        LM_SGEMM(101, ta, tb, (int)m, (int)n, (int)(k1 - k0), 1.0f, a0, (int)lda, b0,
+            (int)ldb, 0.0f, part + (long long)t * m * n, (int)n);
+    }
+    for (long long r = 0; r < m; r++) {
+        for (long long j = 0; j < n; j++) {
+            float total = 0.0f;
+            for (int t = 0; t < nt; t++) total += part[(t * m + r) * n + j];
+            c[r * ldc + j] = total;
+        }
+    }
+    free(part);
+}
+
 /* sgemm */
 void lm_sgemm_<hash>(float* restrict b0, const float* restrict b1, const float* restrict b2, const long long* restrict d) {
-    {
-    const long long m_ = 32, n_ = 24, k_ = 48;
-    const int nt_ = omp_get_max_threads();
-    const int split_ = nt_ > 1 && m_ * n_ <= 4096 && k_ >= 4096;
-    /* the partial sums' memory; without it (calloc failed) one plain call does the work */
-    float* part_ = split_ ? (float*)calloc((size_t)(nt_ * m_ * n_), sizeof(float)) : 0;
-    if (part_) {
-        #pragma omp parallel num_threads(nt_)
-        {
-            const int t_ = omp_get_thread_num(), count_ = omp_get_num_threads();
-            const long long k0_ = k_ * t_ / count_, k1_ = k_ * (t_ + 1) / count_;
-            LM_SGEMM(101, 111, 112, (int)m_, (int)n_, (int)(k1_ - k0_), 1.0f, b1 + 0 + k0_, (int)(48), b2 + 0 + k0_, (int)(48), 0.0f, part_ + (long long)t_ * m_ * n_, (int)n_);
-        }
-        for (long long r_ = 0; r_ < m_; r_++) {
-            for (long long c_ = 0; c_ < n_; c_++) {
-                float total_ = 0.0f;
-                for (int t_ = 0; t_ < nt_; t_++) total_ += part_[(t_ * m_ + r_) * n_ + c_];
-                b0[0 + r_ * (long long)(24) + c_] = total_;
-            }
-        }
-        free(part_);
-    } else {
-    LM_SGEMM(101, 111, 112, (int)(32), (int)(24), (int)(48), 1.0f, b1 + 0, (int)((48) > 1 ? (48) : 1), b2 + 0, (int)((48) > 1 ? (48) : 1), 0.0f, b0 + 0, (int)((24) > 1 ? (24) : 1));
-    }
-    }
+    lm_sgemm_split_k(111, 112, 32, 24, 48, b1 + 0, 48, b2 + 0, 48, b0 + 0, 24);
 }
 
 /* ---- runners */
