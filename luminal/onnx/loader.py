@@ -23,7 +23,7 @@ from luminal.onnx import dtypes, functions
 from luminal.onnx.context import NodeContext, Value, is_static
 from luminal.onnx.errors import NeedsConstantInput, OnnxImportError, UnsupportedOpError, node_text
 from luminal.onnx.folding import FOLDERS, lift_array
-from luminal.onnx.ops import RULES
+from luminal.onnx.ops import DOMAIN_RULES, RULES
 from luminal.tensor import GraphTensor
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -81,6 +81,8 @@ def check_supported(graph: onnx.GraphProto, opsets: Opsets, local: Iterable[str]
 
 def has_rule(op_type: str, domain: str, opset: int) -> bool:
     if domain in DEFAULT_DOMAINS and op_type in RULES:
+        return True
+    if (domain, op_type) in DOMAIN_RULES:
         return True
     return functions.schema_function(op_type, domain, opset) is not None
 
@@ -238,6 +240,8 @@ class Importer:
                 if folded is not None:
                     return folded
             return RULES[node.op_type](ctx)
+        if (domain, node.op_type) in DOMAIN_RULES:
+            return DOMAIN_RULES[(domain, node.op_type)](ctx)
         function = functions.schema_function(node.op_type, domain, ctx.opset, ctx)
         if function is None:
             raise ctx.unsupported("luminal has no rule for this op")

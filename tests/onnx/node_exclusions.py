@@ -288,12 +288,6 @@ EXCLUDED: dict[str, list[str]] = {
         "test_tfidfvectorizer_tf_onlybigrams_skip5",
         "test_tfidfvectorizer_tf_uniandbigrams_skip5",
     ],
-    ("ai.onnx.ml domain ops: out of scope"): [
-        "test_ai_onnx_ml_array_feature_extractor",
-        "test_ai_onnx_ml_binarizer",
-        "test_ai_onnx_ml_tree_ensemble_set_membership",
-        "test_ai_onnx_ml_tree_ensemble_single_tree",
-    ],
     (
         "quantized integer ops (QuantizeLinear/DequantizeLinear/QLinear*/*Integer): not "
         "imported yet"
@@ -343,7 +337,10 @@ EXCLUDED: dict[str, list[str]] = {
         "test_training_dropout_default_mask",
         "test_training_dropout_mask",
     ],
-    ("sequence/optional values: luminal graphs hold tensors only"): [
+    (
+        "sequence values, and graph inputs of optional type (an empty one is fed as None): "
+        "luminal graphs hold tensors only"
+    ): [
         "test_identity_opt",
         "test_identity_sequence",
         "test_if_opt",
@@ -353,11 +350,6 @@ EXCLUDED: dict[str, list[str]] = {
         "test_optional_get_element_optional_sequence",
         "test_optional_get_element_optional_tensor",
         "test_optional_get_element_sequence",
-        "test_optional_get_element_tensor",
-        "test_optional_has_element_empty_no_input_name_optional_input",
-        "test_optional_has_element_empty_no_input_name_tensor_input",
-        "test_optional_has_element_empty_no_input_optional_input",
-        "test_optional_has_element_empty_no_input_tensor_input",
         "test_optional_has_element_empty_optional_input",
         "test_optional_has_element_optional_input",
         "test_optional_has_element_tensor_input",
@@ -421,17 +413,5 @@ EXCLUDED: dict[str, list[str]] = {
         "test_strnormalizer_export_monday_empty_output",
         "test_strnormalizer_export_monday_insensintive_upper_twodim",
         "test_strnormalizer_nostopwords_nochangecase",
-    ],
-    (
-        "ai.onnx.preview.training optimizer ops (Adam, Adagrad, Momentum): out of scope "
-        "for inference import"
-    ): [
-        "test_adagrad",
-        "test_adagrad_multiple",
-        "test_adam",
-        "test_adam_multiple",
-        "test_momentum",
-        "test_momentum_multiple",
-        "test_nesterov_momentum",
     ],
 }

@@ -1,6 +1,6 @@
-"""The op table: ONNX op type (default domain) -> rule, assembled here in one visible
-place from one module per op family. A rule takes a `NodeContext` and returns the
-node's output value(s)."""
+"""The op tables: ONNX op type (default domain) -> rule, and (domain, op type) -> rule
+for the other domains, assembled here in one visible place from one module per op
+family. A rule takes a `NodeContext` and returns the node's output value(s)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,14 @@ from luminal.onnx.ops import (
     elementwise,
     indexing,
     matmul,
+    ml,
     nn_ops,
+    optional,
     recurrent,
     reductions,
     resize,
     shape_ops,
+    training,
 )
 
 Rule = Callable[..., object]
@@ -34,4 +37,10 @@ RULES: dict[str, Rule] = {
     **nn_ops.RULES,
     **recurrent.RULES,
     **resize.RULES,
+    **optional.RULES,
+}
+
+DOMAIN_RULES: dict[tuple[str, str], Rule] = {
+    **{("ai.onnx.ml", op): rule for op, rule in ml.RULES.items()},
+    **{("ai.onnx.preview.training", op): rule for op, rule in training.RULES.items()},
 }
