@@ -27,6 +27,7 @@ from luminal.custom import CustomKernel
 from luminal.errors import CompileError
 from luminal.graph import Graph, Node
 from luminal.kernel import ir
+from luminal.kernel.gpu_rows import LID, cooperative, row_width
 from luminal.kernel.indexing import dims_of, loop_index
 from luminal.kernel.lower import (
     NotRowLocal,
@@ -176,7 +177,15 @@ def _launch(kernel: ir.Kernel) -> Launch:
         return Launch(kernel, (ONE,), (1,))
     innermost_body = chain[-1].body
     loops = [(loop.var, loop.extent) for loop in chain]
-    body, axes = _gpu_loops(loops, innermost_body)
+    width = row_width(innermost_body)
+    if width is not None:  # a work-group per row: local id on axis 0, rows on 1 and 2
+        memory, shared = cooperative(innermost_body, width)
+        group = (ir.Loop(LID, ONE * width, "gpu_local", shared),)
+        body, axes = _gpu_loops(loops, group, MAX_AXES - 1)
+        extents = (ONE * width, *(extent for _, extent in axes))
+        local = (width, *(1 for _ in axes))
+        return Launch(replace(kernel, body=(*memory, *body)), extents, local)
+    body, axes = _gpu_loops(loops, innermost_body, MAX_AXES)
     extents = tuple(extent for _, extent in axes)
     return Launch(replace(kernel, body=body), extents, _local_size(extents))
 
@@ -201,13 +210,13 @@ def _work_item_chain(body: tuple[ir.Stmt, ...]) -> list[ir.Loop]:
 
 
 def _gpu_loops(
-    loops: list[tuple[str, Expr]], body: tuple[ir.Stmt, ...]
+    loops: list[tuple[str, Expr]], body: tuple[ir.Stmt, ...], max_axes: int
 ) -> tuple[tuple[ir.Stmt, ...], list[tuple[str, Expr]]]:
     """Nested `gpu_global` loops over `loops` (outermost first), merging the outer ones
-    into one axis when there are more than `MAX_AXES`; returns the body and the axes in
-    axis order (axis 0 = innermost)."""
-    if len(loops) > MAX_AXES:
-        merged = loops[: len(loops) - MAX_AXES + 1]
+    into one axis when there are more than `max_axes`; returns the body and the axes in
+    axis order (innermost first)."""
+    if len(loops) > max_axes:
+        merged = loops[: len(loops) - max_axes + 1]
         flat_name = "gz_"
         flat_extent = product(extent for _, extent in merged)
         flat = loop_index(flat_name, flat_extent)

@@ -144,12 +144,12 @@ class OpenCLRenderer(CRenderer):
 
     # ------------------------------------------------------------------ half precision
     def value_load(self, load: ir.Load) -> str:
-        if load.dtype == DType.float16:
+        if load.dtype == DType.float16 and isinstance(load.param, int):
             return f"vload_half({self.index(load.index)}, b{load.param})"
         return super().value_load(load)
 
     def stmt_store(self, stmt: ir.Store, depth: int) -> list[str]:
-        if stmt.dtype == DType.float16:
+        if stmt.dtype == DType.float16 and isinstance(stmt.param, int):
             value, index = self.value(stmt.value), self.index(stmt.index)
             return self.line(f"vstore_half_rte({value}, {index}, b{stmt.param});", depth)
         return super().stmt_store(stmt, depth)
@@ -166,13 +166,13 @@ class OpenCLRenderer(CRenderer):
 
 
 def _axes(body: tuple[ir.Stmt, ...]) -> dict[str, int]:
-    """Each gpu_global / gpu_local loop's axis: its depth counted from the innermost loop
-    of its kind in the chain it belongs to."""
-    axes: dict[str, int] = {}
-    for kind in ("gpu_global", "gpu_local"):
-        chain = _chain(body, kind)
-        for depth, name in enumerate(reversed(chain)):
-            axes[name] = depth
+    """Each gpu_global / gpu_local loop's axis: work-items of a work-group (gpu_local)
+    take the first axes, innermost first; gpu_global loops the next ones, innermost
+    first (with no gpu_local loop, from axis 0)."""
+    local = _chain(body, "gpu_local")
+    axes = {name: depth for depth, name in enumerate(reversed(local))}
+    for depth, name in enumerate(reversed(_chain(body, "gpu_global"))):
+        axes[name] = len(local) + depth
     return axes
 
 

@@ -211,3 +211,36 @@ def test_matrix_products_tiled_in_local_memory_for_every_tile_size(rng, tile):
     a.set(uniform(rng, (3, 37)))  # M smaller than a tile and than the slice
     cx.execute()
     np.testing.assert_allclose(outs[0].numpy(), a.numpy() @ b.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_long_rows_are_reduced_by_a_work_group_in_local_memory(rng):
+    """Rows of 300 (and a symbolic length) shared by a work-group: sums, NaN-propagating
+    maxes, int32 sums that wrap, softmax and layer norm against numpy."""
+    cx = lm.Graph()
+    data = uniform(rng, (5, 300)) * 4
+    data[2, 17] = np.nan
+    x = cx.tensor((5, 300)).set(data)
+    ints = rng.integers(-(2**30), 2**30, (3, 300)).astype(np.int32)
+    i = cx.tensor((3, 300), dtype=lm.int32).set(ints)
+    s = cx.tensor((4, "len")).set(uniform(rng, (4, 70)))
+    outs = [
+        x.sum(-1).retrieve(),
+        x.max(-1).retrieve(),
+        i.sum(-1).retrieve(),
+        x[:2].softmax(-1).retrieve(),
+        x[3:].layer_norm(-1).retrieve(),
+        s.softmax(-1).retrieve(),
+        s.sum(-1).retrieve(),
+    ]
+    source = OpenCLCompiler().render(cx)
+    assert "get_local_id(0)" in source and "__local float lm_red_" in source
+    check(cx, outs, rtol=1e-5, atol=1e-5)
+    assert np.isnan(outs[1].numpy()[2]) and not np.isnan(outs[1].numpy()[[0, 1, 3, 4]]).any()
+    np.testing.assert_array_equal(outs[2].numpy(), ints.sum(-1, dtype=np.int32))
+    for length in (300, 1):
+        values = uniform(rng, (4, length))
+        s.set(values)
+        cx.execute()
+        e = np.exp(values - values.max(-1, keepdims=True))
+        np.testing.assert_allclose(outs[5].numpy(), e / e.sum(-1, keepdims=True), rtol=1e-5)
+        np.testing.assert_allclose(outs[6].numpy(), values.sum(-1), rtol=1e-5, atol=1e-5)
