@@ -19,6 +19,7 @@ from luminal.onnx.ops import (
     recurrent,
     reductions,
     resize,
+    sampling,
     shape_ops,
     training,
 )
@@ -38,6 +39,7 @@ RULES: dict[str, Rule] = {
     **recurrent.RULES,
     **resize.RULES,
     **optional.RULES,
+    **sampling.RULES,
 }
 
 DOMAIN_RULES: dict[tuple[str, str], Rule] = {
