@@ -1,7 +1,8 @@
-"""`lm.OpenCLCompiler(device=None)`: the CPU backend's pipeline down to the schedule
-(generic passes, e-graph lowering of contractions, fusion), then the shared GPU lowering
-(`luminal.kernel.gpu`), OpenCL C for every launch in one program, device buffers, and a
-check against the reference runtime before the compiled graph is trusted."""
+"""`lm.OpenCLCompiler(device=None)`: the shared GPU compiler pipeline
+(`luminal.backends.gpu_compiler.GpuCompiler`: the CPU backend's passes down to the
+schedule, the shared GPU lowering, a check against the reference runtime) as OpenCL C in
+one program, on any OpenCL device; measured search over the tile sizes of matrix products
+(`luminal.backends.gpu_search`) in the searching modes."""
 
 from __future__ import annotations
 
@@ -9,13 +10,12 @@ import math
 from typing import Any
 
 from luminal.backends import gpu_search
-from luminal.backends.cpu.verify import check_inputs, output_views, reference_outputs
+from luminal.backends.cpu.verify import check_inputs
+from luminal.backends.gpu_compiler import RULESETS, GpuCompiler
 from luminal.backends.gpu_runtime import GpuCompiledGraph
 from luminal.backends.opencl import toolchain
 from luminal.backends.opencl.render import OpenCLRenderer
 from luminal.backends.opencl.runtime import OpenCLDevice
-from luminal.compiler.egraph import EGraphCompiler
-from luminal.compiler.passes import GenericCompiler
 from luminal.errors import CompileError
 from luminal.graph import Graph
 from luminal.kernel.gpu import GpuProgram, lower_gpu
@@ -30,23 +30,19 @@ from luminal.search.cache import (
     search_key,
 )
 from luminal.search.fingerprint import graph_fingerprint
-from luminal.search.outputs import read_outputs
-from luminal.search.strategy import check_outputs
 
-MODES = ("fast", "optimal")
-# contractions become `Contract` ops (the `cpu` ruleset's name is historical: the rewrite
-# is backend-neutral); GPU lowering turns them into loop kernels
-RULESETS = ("algebra", "structure", "cpu")
+__all__ = ["RULESETS", "OpenCLCompiler", "available"]
 
 
-class OpenCLCompiler:
+class OpenCLCompiler(GpuCompiler):
     """Compile a graph to OpenCL kernels for one device: `device` an index into
     `lm.backends.opencl.toolchain.all_devices()` or a substring of its name (None: the
     first GPU, else any device that builds programs; `$LUMINAL_OPENCL_DEVICE` overrides).
     `verify` runs the compiled graph and the reference runtime on the same inputs and
-    raises CompileError when they differ; `cache` keeps built programs on disk. `tile` is
-    the tile size of matrix products staged in local memory (4, 8, 16 or 32; 0: one
-    work-item per output element reading its whole row and column).
+    raises CompileError when they differ; `cache` keeps built programs and search results
+    on disk. `tile` is the tile size of matrix products staged in local memory (4, 8, 16
+    or 32; 0: one work-item per output element reading its whole row and column);
+    `mode="optimal"` or `lm.TimeBudget(seconds)` measures every tile size per product.
     `render(graph)` and `build(graph)` give the program's source and built program
     without changing the graph."""
 
@@ -62,46 +58,54 @@ class OpenCLCompiler:
         cache: bool = True,
         tile: int = DEFAULT_TILE,
     ) -> None:
-        if not (mode in MODES or isinstance(mode, TimeBudget)):
-            raise CompileError(
-                f"OpenCLCompiler: unknown mode {mode!r}; expected one of {MODES} or "
-                "lm.TimeBudget(seconds)"
-            )
+        super().__init__(mode, verify, rtol, atol)
         if tile and tile not in TILES:
             raise CompileError(f"OpenCLCompiler: tile {tile!r} is not one of {TILES} or 0")
-        self.tile = tile
         self.device = device
-        self.mode = mode
-        self.verify = verify
-        self.rtol = rtol
-        self.atol = atol
         self.cache = cache
+        self.tile = tile
         self.search_record: SearchRecord | None = None
         self.cache_hit = False
 
-    # ---------------------------------------------------------------- compiling
     @property
     def searching(self) -> bool:
         return self.mode != "fast"
 
+    def open_device(self) -> OpenCLDevice:
+        return OpenCLDevice(self.device, cache=self.cache)
+
+    def program(self, graph: Graph) -> GpuProgram:
+        return lower_gpu(graph, tile=self.tile)
+
+    def render(self, graph: Graph) -> str:
+        """The OpenCL C program the graph compiles to (no device needed); the graph is
+        not changed."""
+        return OpenCLRenderer().program(self.lower(graph.structure_copy()).launches)[1]
+
+    def build(self, graph: Graph) -> Any:
+        """The built `pyopencl.Program` of the graph on the chosen device (from the disk
+        cache when there); the graph is not changed."""
+        device = self.open_device()
+        device.build(self.lower(graph.structure_copy()).launches)
+        return device.program
+
     def compile(self, graph: Graph) -> GpuCompiledGraph:
-        device = OpenCLDevice(self.device, cache=self.cache)  # CompileError without one
+        if not self.searching:
+            return super().compile(graph)
+        device = self.open_device()  # CompileError without one, before the graph changes
         budget = self.mode.seconds if isinstance(self.mode, TimeBudget) else math.inf
         deadline = Deadline(budget)
-        fingerprint = graph_fingerprint(graph) if self.searching else ""
-        reference = graph.structure_copy() if (self.verify or self.searching) else None
+        fingerprint = graph_fingerprint(graph)
+        reference = graph.structure_copy()
         graph.compiled = None
-        program = self.lower(graph)
-        compiled = GpuCompiledGraph(graph, program, device, self.name)
+        compiled = GpuCompiledGraph(graph, self.lower(graph), device, self.name)
         compiled.build()
-        if self.searching and reference is not None:
-            tiles = self._search(graph, reference, compiled, fingerprint, deadline)
-            if tiles is not None:
-                program = lower_gpu(graph, tile=self.tile, tiles=tiles)
-                compiled = GpuCompiledGraph(graph, program, device, self.name)
-                compiled.build()
-        if reference is not None:  # installed only once checked: Graph.compile restores
-            self._verify(graph, compiled, reference)
+        tiles = self._search(graph, reference, compiled, fingerprint, deadline)
+        if tiles is not None:
+            program = lower_gpu(graph, tile=self.tile, tiles=tiles)
+            compiled = GpuCompiledGraph(graph, program, device, self.name)
+            compiled.build()
+        self._verify(graph, compiled, reference)  # a searched program is always checked
         graph.compiled = compiled
         return compiled
 
@@ -132,9 +136,7 @@ class OpenCLCompiler:
             return {names[site]: int(option) for site, option in record.chosen.items()}
         try:
             started = deadline.elapsed()
-            found = gpu_search.search_tiles(
-                graph, compiled, lambda: OpenCLDevice(self.device, cache=self.cache), deadline
-            )
+            found = gpu_search.search_tiles(graph, compiled, self.open_device, deadline)
         finally:
             graph.input_data = dict(saved)
             graph.buffers = {}
@@ -168,43 +170,6 @@ class OpenCLCompiler:
     def _backend_id(self, device: OpenCLDevice) -> str:
         info = device.device.info
         return f"opencl/{info.label}/{info.driver}"
-
-    def lower(self, graph: Graph) -> GpuProgram:
-        """Generic passes, the e-graph, then the GPU launches (changes `graph`)."""
-        graph.compile(GenericCompiler())
-        graph.compile(EGraphCompiler(rulesets=RULESETS))
-        graph.compile(GenericCompiler())
-        return lower_gpu(graph, tile=self.tile)
-
-    def render(self, graph: Graph) -> str:
-        """The OpenCL C program the graph compiles to (no device needed); the graph is
-        not changed."""
-        copy = graph.structure_copy()
-        return OpenCLRenderer().program(self.lower(copy).launches)[1]
-
-    def build(self, graph: Graph) -> Any:
-        """The built `pyopencl.Program` of the graph on the chosen device (from the disk
-        cache when there); the graph is not changed."""
-        device = OpenCLDevice(self.device, cache=self.cache)
-        device.build(self.lower(graph.structure_copy()).launches)
-        return device.program
-
-    # ---------------------------------------------------------------- checking
-    def _verify(self, graph: Graph, compiled: GpuCompiledGraph, reference: Graph) -> None:
-        """Run `compiled` (not yet installed) and the reference on the same inputs (seeded
-        where unset); the user's inputs are restored afterwards."""
-        saved = dict(graph.input_data)
-        try:
-            check_inputs(graph, reference)
-            expected = reference_outputs(reference, self.rtol, self.atol)
-            compiled.execute(graph)
-            results = read_outputs(graph, output_views(reference, expected))
-            problem = check_outputs(results, expected)
-            if problem is not None:
-                raise CompileError(f"{self.name}: compiled graph is {problem}")
-        finally:
-            graph.input_data = dict(saved)
-            graph.buffers = {}
 
 
 def available() -> bool:
