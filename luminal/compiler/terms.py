@@ -45,6 +45,13 @@ class Term(Expr):
     def root(cls, index: i64Like) -> Term:
         """Marks the class of output `index` (never extracted)."""
 
+    @method(cost=STRUCTURE_COST)
+    @classmethod
+    def named(cls, index: i64Like) -> Term:
+        """A shared term's name, unioned with it (never extracted). Used instead of
+        egglog's `let`, which also binds each repeated literal to a global, and egglog
+        13 can read one such global in place of another (docs/egraph.md)."""
+
     # sources
     @method(cost=1)
     @classmethod

@@ -30,7 +30,9 @@ def enumerate_programs(
     classes = saturation.output_classes
 
     def decode(choose) -> Program:  # noqa: ANN001 - a Choice
-        return decode_program(graph, saturation.tables, boundaries, classes, choose, name)
+        return decode_program(
+            graph, saturation.tables, boundaries, classes, choose, name, saturation.program
+        )
 
     found: dict[tuple, Program] = {}
     best = decode(best_choice(graph))

@@ -96,8 +96,7 @@ class EGraphCompiler:
         start = time.perf_counter()
         egraph = EGraph()
         tables = Tables()
-        names = iter(range(len(program.instructions)))
-        terms = encode_program(program, tables, lambda t: egraph.let(f"t{next(names)}", t))
+        terms = encode_program(program, tables, _namer(egraph))
         egraph.register(*(union(Term.root(index)).with_(term) for index, term in enumerate(terms)))
         ruleset = self._ruleset()
         iterations, stopped_by = 0, "saturated"
@@ -148,6 +147,7 @@ class EGraphCompiler:
             saturation.output_classes,
             best_choice(serialized),
             self.name,
+            expected=program,
         )
 
     def compile(self, graph: Graph) -> CompileReport:
@@ -187,6 +187,23 @@ class EGraphCompiler:
         self.report.distinct_regions = len(done)
         self.report.seconds = time.perf_counter() - start
         return self.report
+
+
+def _namer(egraph: EGraph) -> Callable[[Term], Term]:
+    """Names a shared term by `union(Term.named(i), term)`, not `egraph.let`: a let also
+    binds every literal the term repeats to a global (`$__expr_N`), and egglog 13 can
+    read one such global in place of another (a `sum_reduce(3, ..)` entered as
+    `sum_reduce(43, ..)`, depending on the order the bindings' set iteration gave)."""
+    count = 0
+
+    def name(term: Term) -> Term:
+        nonlocal count
+        named = Term.named(count)
+        count += 1
+        egraph.register(union(named).with_(term))
+        return named
+
+    return name
 
 
 def encoded_size(program: Program) -> int:

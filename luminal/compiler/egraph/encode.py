@@ -136,7 +136,7 @@ LET_DEPTH = 32
 def encode_program(
     program: Program, tables: Tables, bind: Callable[[Term], Term] | None = None
 ) -> list[Term]:
-    """Terms for the program's outputs. `bind` names a term (an e-graph `let`) used more
+    """Terms for the program's outputs. `bind` names a term (`Term.named`) used more
     than once, so the terms sent to egglog stay a DAG instead of being expanded into a
     tree exponential in the sharing (a residual stream is read many times), and every
     term nested LET_DEPTH deep, so that no term sent is deeper than that."""

@@ -25,6 +25,9 @@ from luminal.dtype import DType
 from luminal.errors import CompileError
 from luminal.shape.tracker import ShapeTracker
 
+# e-nodes that only mark a class (an output, a shared term's name)
+MARKERS = frozenset({"Term.root", "Term.named"})
+
 
 @dataclass
 class ENode:
@@ -47,13 +50,14 @@ class SerializedEGraph:
         self.sorts: dict[str, str] = {
             cls: info["type"].rsplit(".", 1)[-1] for cls, info in data.get("class_data", {}).items()
         }
-        # Term.root(i) marks the class of output i; it is never extracted
+        # Term.root(i) marks the class of output i and Term.named(i) names a shared
+        # term; neither is ever extracted
         self.roots: dict[int, str] = {}
         self.classes: dict[str, list[str]] = {}
         for node in self.nodes.values():
             if node.op == "Term.root":
                 self.roots[int(self.nodes[node.children[0]].op)] = node.eclass
-            else:
+            elif node.op not in MARKERS:
                 self.classes.setdefault(node.eclass, []).append(node.key)
         self.best_cost: dict[str, float] = {}
         self.best_node: dict[str, str] = {}
@@ -75,7 +79,7 @@ class SerializedEGraph:
         pending: dict[str, int] = {}
         heap: list[tuple[float, str]] = []
         for node in self.nodes.values():
-            if node.op == "Term.root":
+            if node.op in MARKERS:
                 continue
             child_classes = {self.child_class(c) for c in node.children}
             pending[node.key] = len(child_classes)
@@ -452,7 +456,11 @@ def decode_program(
     output_classes: list[str],
     choose: Choice,
     ruleset_name: str = "rules",
+    expected: Program | None = None,
 ) -> Program:
+    """The program the choices make. With `expected` (the program the e-graph was built
+    from), each output must keep its shape and dtype: an e-class whose e-nodes disagree
+    (an unsound rule, a corrupted encoding) is a CompileError, not a wrong program."""
     decoder = ProgramDecoder(graph, tables, boundaries, choose, ruleset_name)
     for cls in output_classes:
         if cls not in graph.best_cost or not math.isfinite(graph.best_cost[cls]):
@@ -461,4 +469,17 @@ def decode_program(
         outputs = tuple(decoder.term(cls) for cls in output_classes)
     except _Cycle as cycle:
         raise CompileError(f"e-graph ({ruleset_name}): cyclic choice at class {cycle}") from None
-    return Program(tuple(decoder.instructions), outputs, boundaries)
+    program = Program(tuple(decoder.instructions), outputs, boundaries)
+    if expected is not None:
+        _check_outputs(program, expected, ruleset_name)
+    return program
+
+
+def _check_outputs(program: Program, expected: Program, ruleset_name: str) -> None:
+    got, want = program.output_signature(), expected.output_signature()
+    for index, (have, need) in enumerate(zip(got, want, strict=True)):
+        if tuple(have[0]) != tuple(need[0]) or have[1] != need[1]:
+            raise CompileError(
+                f"e-graph ({ruleset_name}): output {index} decodes to shape {have[0]} "
+                f"{have[1]}, but the program it came from gives {need[0]} {need[1]}"
+            )

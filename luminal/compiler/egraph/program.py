@@ -54,6 +54,15 @@ class Program:
         )
         return body, self.outputs, self.boundaries
 
+    def output_signature(self) -> tuple[tuple[tuple[Expr, ...], DType], ...]:
+        """(shape, dtype) of each output."""
+        return tuple(
+            self.boundaries[ref.index]
+            if ref.boundary
+            else (self.instructions[ref.index].shape, self.instructions[ref.index].dtype)
+            for ref in self.outputs
+        )
+
 
 def program_from_region(
     graph: Graph, region: Sequence[int], outputs: Sequence[int]
