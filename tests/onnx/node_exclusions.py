@@ -336,20 +336,13 @@ EXCLUDED: dict[str, list[str]] = {
         "test_split_to_sequence_2",
         "test_split_to_sequence_nokeepdims",
     ],
-    ("DFT/STFT/MelWeightMatrix: complex-valued signal ops, not imported yet"): [
-        "test_dft",
-        "test_dft_axis",
-        "test_dft_axis_opset19",
+    (
+        "inverse DFT: the expected output carries the reference FFT's rounding noise "
+        "(1.9e-7 where the exact value is 0: numpy's complex64 FFT of length 10); luminal's "
+        "DFT table gives 3e-15 there, and the suite's atol is 1e-7"
+    ): [
         "test_dft_inverse",
         "test_dft_inverse_opset19",
-        "test_dft_irfft",
-        "test_dft_irfft_opset19",
-        "test_dft_opset19",
-        "test_dft_rfft",
-        "test_dft_rfft_opset19",
-        "test_melweightmatrix",
-        "test_stft",
-        "test_stft_with_window",
     ],
     ("string tensors: luminal computes on numbers only"): [
         "test_ai_onnx_ml_label_encoder_string_int",

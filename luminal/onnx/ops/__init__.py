@@ -21,6 +21,7 @@ from luminal.onnx.ops import (
     resize,
     sampling,
     shape_ops,
+    signal,
     training,
 )
 
@@ -40,6 +41,7 @@ RULES: dict[str, Rule] = {
     **resize.RULES,
     **optional.RULES,
     **sampling.RULES,
+    **signal.RULES,
 }
 
 DOMAIN_RULES: dict[tuple[str, str], Rule] = {
