@@ -18,6 +18,16 @@ element of `out`: the reference runtime fills `out` with a pattern before the ca
 raises ExecutionError for elements the call left untouched, so the check against the
 reference catches a kernel that skips some.
 
+`backend="opencl"`: the source is OpenCL C for the OpenCL backend, with the ABI
+
+    __kernel void name(__global OUT* out, __global const IN0* in0, ...,
+                       const long numel_out, const long numel_in0, ...);
+
+launched with one work-item per output element (the global size is rounded up to whole
+work-groups, so the kernel checks `get_global_id(0) < numel_out`). Such a node needs
+`reference=` (the reference runtime and the check against it run the numpy callable) and
+compiles only with `lm.OpenCLCompiler()`.
+
 `reference=` gives the reference runtime a numpy callable instead (`reference(*inputs)`
 on contiguous arrays in their storage dtypes, returning the output): the oracle the
 compiled C is then checked against (luminal.quant's packed-weight kernels use it).
@@ -49,6 +59,7 @@ class CustomKernel(ops.Op):
     function: str
     source: str
     reference: Callable[..., np.ndarray] | None = None
+    backend: str = "c"  # "c" (every backend) or "opencl" (OpenCL C, OpenCL backend only)
     arity = None
 
 
@@ -59,13 +70,22 @@ def custom_kernel(
     dtype: Any = float32,
     name: str | None = None,
     reference: Callable[..., np.ndarray] | None = None,
+    backend: str = "c",
 ) -> Any:
     """Add a node running `c_source`'s function on `inputs`; returns its output tensor.
     `name` is the C function to call (default: the first non-static void function
     defined; prototypes do not count); `reference` its numpy equivalent, which the
-    reference runtime runs instead of the C (see the module docstring)."""
+    reference runtime runs instead of the C; `backend="opencl"` for OpenCL C (see the
+    module docstring)."""
     if not inputs:
         raise GraphError("custom_kernel: needs at least one input tensor")
+    if backend not in BACKENDS:
+        raise GraphError(f"custom_kernel: backend {backend!r} is not one of {BACKENDS}")
+    if backend != "c" and reference is None:
+        raise GraphError(
+            f"custom_kernel: a {backend} kernel needs reference= (a numpy equivalent): the "
+            "reference runtime runs only C"
+        )
     graph = inputs[0].graph
     function = name or _first_function(c_source)
     if function is None or f"{function}(" not in c_source.replace(" (", "("):
@@ -78,15 +98,18 @@ def custom_kernel(
     with graph.atomic():
         contiguous = [t.contiguous() for t in inputs]
         return graph.add_node(
-            CustomKernel(function, c_source, reference),
+            CustomKernel(function, c_source, reference, backend),
             contiguous,
             tuple(output_shape),
             as_dtype(dtype),
         )
 
 
+BACKENDS = ("c", "opencl")
 _COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.DOTALL)
-_VOID_FUNCTION = re.compile(r"(\bstatic\s+(?:inline\s+)?)?\bvoid\s+([A-Za-z_]\w*)\s*\(")
+_VOID_FUNCTION = re.compile(
+    r"(\bstatic\s+(?:inline\s+)?)?\b(?:__kernel\s+|kernel\s+)?void\s+([A-Za-z_]\w*)\s*\("
+)
 
 
 def _first_function(source: str) -> str | None:

@@ -184,6 +184,7 @@ class GpuCompiledGraph:
             kernel = step.kernel
             args: list[Any] = [buffers[n] for n in step.buffers]
             args += [np.int64(dims.get(n, 0)) for n in kernel.dims]
+            args += [np.int64(e.evaluate(dims)) for e in step.scalars]
             if step.faults:
                 args += [fault, np.int32(position)]
             size = tuple(e.evaluate(dims) for e in step.global_size)

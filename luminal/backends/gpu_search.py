@@ -103,6 +103,7 @@ def _launches_by_node(graph: Graph, tile: int) -> dict[int, list[Launch]]:
 def _bind(device: GpuDevice, name: str, launch: Launch, plan: Any) -> tuple:
     args = [plan.buffers[n] for n in launch.buffers]
     args += [np.int64(plan.dims.get(n, 0)) for n in launch.kernel.dims]
+    args += [np.int64(e.evaluate(plan.dims)) for e in launch.scalars]
     if launch.faults:
         args += [plan.fault, np.int32(0)]
     size = tuple(e.evaluate(plan.dims) for e in launch.global_size)

@@ -50,11 +50,13 @@ NESTED_KINDS = ("parallel", "serial", "gpu_global")
 class Launch:
     """One kernel launch: `kernel` (with `gpu_global` loops at the top of its body, or
     none: a single work-item), its work-items per axis (axis 0 first; expressions of the
-    dims) and its work-group size per axis."""
+    dims) and its work-group size per axis. `scalars` are `long` arguments after the
+    dims (a custom kernel's element counts)."""
 
     kernel: ir.Kernel
     global_size: tuple[Expr, ...]
     local_size: tuple[int, ...]
+    scalars: tuple[Expr, ...] = ()
 
     @property
     def buffers(self) -> tuple[int, ...]:
@@ -145,13 +147,12 @@ def lower_gpu(
     return GpuProgram(steps, inputs, inputs + order, dims, steps_io)
 
 
-def _node_kernel(graph: Graph, node: Node, materialised: set[int], dims: list[str]) -> ir.Kernel:
+def _node_kernel(
+    graph: Graph, node: Node, materialised: set[int], dims: list[str]
+) -> ir.Kernel | Launch:
     op = node.op
     if isinstance(op, CustomKernel):
-        raise CompileError(
-            f"{op.name} (node {node.id}): a custom C kernel runs on the CPU backend only; "
-            "GPU backends have no custom kernel hook yet"
-        )
+        return custom_launch(graph, node)
     if isinstance(op, ops.Contract | ops.SumReduce | ops.MaxReduce):
         return reduce_kernel(graph, node, materialised, dims)
     if isinstance(op, ops.Gather):
@@ -159,6 +160,39 @@ def _node_kernel(graph: Graph, node: Node, materialised: set[int], dims: list[st
     if isinstance(op, ops.Scatter):
         return scatter_kernel(graph, node, materialised, dims)
     return elementwise_kernel(graph, node, materialised, dims)
+
+
+CUSTOM = "custom"
+
+
+def custom_launch(graph: Graph, node: Node) -> Launch:
+    """A user's device kernel (`lm.custom_kernel(..., backend=...)`): its source as the
+    kernel's prelude, one work-item per output element, the element counts of the output
+    and the inputs as `long` arguments after the buffers. Its label names the backend
+    whose language the source is in (`custom_kernel_source`); a C kernel is refused."""
+    op = node.op
+    if op.backend == "c":
+        raise CompileError(
+            f"custom kernel '{op.function}' (node {node.id}) is C, which runs on the CPU "
+            "backend only; give the GPU backend its own source (lm.custom_kernel(..., "
+            "backend=\"opencl\"))"
+        )
+    buffers = [node.id] + [edge.source for edge in node.inputs]
+    params = tuple(ir.Param(n, graph.nodes[n].dtype, output=i == 0) for i, n in enumerate(buffers))
+    counts = (product(node.shape), *(product(e.view.shape) for e in node.inputs))
+    call = ir.Call(op.function, tuple(range(len(buffers))), counts)
+    label = f"{CUSTOM}_{op.backend}_{op.function}"
+    kernel = ir.Kernel(label, params, (), (call,), (node.id,), prelude=op.source)
+    return Launch(kernel, (counts[0],), (GROUP,), counts)
+
+
+def custom_kernel_source(kernel: ir.Kernel) -> tuple[str, str, str] | None:
+    """(backend, function, source) of a custom launch's kernel, None for any other."""
+    body = kernel.body
+    if len(body) != 1 or not isinstance(body[0], ir.Call) or not kernel.prelude:
+        return None
+    backend = kernel.label.removeprefix(f"{CUSTOM}_").removesuffix(f"_{body[0].function}")
+    return backend, body[0].function, kernel.prelude
 
 
 def to_gpu(kernel: ir.Kernel) -> list[Launch]:

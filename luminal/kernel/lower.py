@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from luminal import ops
 from luminal.dtype import DType
+from luminal.errors import CompileError
 from luminal.graph import Graph, Node
 from luminal.kernel import ir
 from luminal.kernel.indexing import flat_index, loop_name
@@ -346,6 +347,11 @@ def scatter_kernel(
 def custom_kernel(graph: Graph, node: Node, dims: Sequence[str]) -> ir.Kernel:
     """The user's C function called with the output, the inputs and their element counts
     (see luminal/custom.py for the ABI); its source is the kernel's prelude."""
+    if node.op.backend != "c":  # OpenCL C: only its own backend runs it
+        raise CompileError(
+            f"custom kernel '{node.op.function}' (node {node.id}) is {node.op.backend} source; "
+            f"compile the graph with that backend (lm.OpenCLCompiler())"
+        )
     function = node.op.function
     buffers = [node.id] + [edge.source for edge in node.inputs]
     params = tuple(ir.Param(n, graph.nodes[n].dtype, output=i == 0) for i, n in enumerate(buffers))

@@ -14,8 +14,9 @@ OpenCL's spellings.
 from __future__ import annotations
 
 from luminal.dtype import DType
+from luminal.errors import CompileError
 from luminal.kernel import ir
-from luminal.kernel.gpu import Launch
+from luminal.kernel.gpu import Launch, custom_kernel_source
 from luminal.render.c import CRenderer, dim_name
 
 PRELUDE = r"""/* luminal OpenCL helpers: numpy's semantics where C's differ or trap */
@@ -79,9 +80,20 @@ class OpenCLRenderer(CRenderer):
         self._axes: dict[str, int] = {}
 
     # ------------------------------------------------------------------ programs
+    custom_language = "opencl"  # the custom kernels this dialect runs as they are
+
     def render_launch(self, launch: Launch) -> tuple[str, str]:
         """(kernel name, source) of one launch; its work-item loops are numbered by axis
-        (innermost 0)."""
+        (see `_axes`). A custom kernel is the user's source, unchanged."""
+        custom = custom_kernel_source(launch.kernel)
+        if custom is not None:
+            language, function, source = custom
+            if language != self.custom_language:
+                raise CompileError(
+                    f"custom kernel '{function}' is {language} source; "
+                    f"{type(self).__name__} runs {self.custom_language} kernels"
+                )
+            return function, f"\n/* custom kernel {function} */\n{source}\n"
         self._axes = _axes(launch.kernel.body)
         return self.render(launch.kernel)
 
