@@ -14,6 +14,11 @@ import luminal as lm
 
 torch.set_num_threads(1)
 
+# Tests patch compiler internals in-process (a wrong lowering, a failing check) and expect
+# the compile to see the patch; a program stored by an earlier run would hide it. The
+# program cache's own tests turn it on with a temporary cache directory.
+os.environ.setdefault("LUMINAL_PROGRAM_CACHE", "0")
+
 settings.register_profile(
     "ci", max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )

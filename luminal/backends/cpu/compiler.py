@@ -14,34 +14,22 @@ import os
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from luminal.backends.cpu import toolchain
-from luminal.backends.cpu.lowering import assemble, lower, lower_kernels
+from luminal.backends.cpu import program_cache, toolchain
 from luminal.backends.cpu.runtime import CompiledGraph
-from luminal.backends.cpu.tuning import (
-    SPACE_VERSION,
-    CpuSearchSpace,
-    ProgramSpace,
-)
-from luminal.backends.cpu.verify import (
-    check_inputs,
-    output_views,
-    reference_copy,
-    reference_outputs,
-    verify_against_reference,
-)
-from luminal.compiler.egraph import EGraphCompiler
-from luminal.compiler.passes import GenericCompiler
 from luminal.errors import CompileError
 from luminal.graph import Graph
 from luminal.search.budget import Deadline, TimeBudget
-from luminal.search.cache import SearchCache, SearchRecord, search_key
-from luminal.search.driver import SearchStages, unsendable
-from luminal.search.fingerprint import graph_fingerprint
-from luminal.search.programs import ProgramAlternatives, split_config
 
-__all__ = ["CPUCompiler", "assemble", "lower", "lower_kernels", "static_program"]
+if TYPE_CHECKING:
+    from luminal.search.cache import SearchRecord
+
+# The e-graph (egglog), lowering, search and verification are imported where they are
+# used: a compile served by the program cache needs none of them (importing egglog alone
+# takes longer than the whole cached compile).
+
+__all__ = ["CPUCompiler", "static_program"]
 
 MODES = ("fast", "optimal")
 RULESETS = ("algebra", "structure", "cpu")
@@ -51,8 +39,10 @@ class CPUCompiler:
     """Compile a graph to C kernels for this CPU. `verify` runs the compiled graph and
     the reference runtime on the same inputs (the current ones, or seeded random data
     for inputs without any) and raises CompileError if they differ; a searching mode
-    always verifies. Search settings: `beam` (states kept per site), `seed`, `cache`
-    (reuse and store results on disk: True for the luminal cache, a folder, or False),
+    always verifies. `cache` (True for the luminal cache, a folder, or False): reuse and
+    store on disk the lowered program of mode "fast" (`program_cache.py`; a hit sets
+    `program_cache_hit`) and the results of a search. Search settings: `beam` (states
+    kept per site), `seed`,
     `progress` (a tqdm bar; default: when stderr is a terminal), `candidate_timeout`
     (seconds before a candidate that does not return is killed and discarded)."""
 
@@ -84,15 +74,26 @@ class CPUCompiler:
         self.candidate_timeout = candidate_timeout
         self.search_record: SearchRecord | None = None
         self.cache_hit = False
+        self.program_cache_hit = False
 
     @property
     def searching(self) -> bool:
         return self.mode != "fast"
 
     def compile(self, graph: Graph) -> CompiledGraph:
+        self.program_cache_hit = False
+        cached = self._cached_program(graph)
+        if cached is not None:
+            return cached
+        from luminal.backends.cpu.verify import reference_copy, verify_against_reference
+        from luminal.compiler.passes import GenericCompiler
+        from luminal.search.fingerprint import graph_fingerprint
+
         budget = self.mode.seconds if isinstance(self.mode, TimeBudget) else math.inf
         deadline = Deadline(budget)
         fingerprint = graph_fingerprint(graph) if self.searching else ""
+        structure = self._program_structure(graph)
+        before = (set(graph.input_data), list(graph.carries))
         reference = reference_copy(graph) if (self.verify or self.searching) else None
         graph.compiled = None
         graph.compile(GenericCompiler())
@@ -104,6 +105,49 @@ class CPUCompiler:
         if reference is not None:  # installed only once checked: Graph.compile restores
             verify_against_reference(graph, compiled, reference, self.rtol, self.atol)
         graph.compiled = compiled
+        if structure is not None and before == (set(graph.input_data), list(graph.carries)):
+            entry = program_cache.capture(structure, graph, compiled, self.verify)
+            self._program_store().store(self._program_key(structure), entry)
+        return compiled
+
+    # ------------------------------------------------------------ program cache
+    def _program_structure(self, graph: Graph) -> bytes | None:
+        """The graph's structure when this compile may use the program cache: mode
+        "fast", caching on, and a graph the cache can hold."""
+        if self.searching or not self.cache or not program_cache.enabled():
+            return None
+        return program_cache.structure(graph)
+
+    def _program_key(self, structure: bytes) -> str:
+        return program_cache.program_key(structure, (self.mode, self.rtol, self.atol))
+
+    def _program_store(self) -> program_cache.ProgramCache:
+        if isinstance(self.cache, str | os.PathLike):
+            return program_cache.ProgramCache(Path(self.cache) / program_cache.DIRECTORY)
+        return program_cache.ProgramCache(toolchain.cache_root() / program_cache.DIRECTORY)
+
+    def _cached_program(self, graph: Graph) -> CompiledGraph | None:
+        """The program stored for this graph's structure and these options, built and
+        installed on the graph; None on a miss. A program stored without verification
+        is verified now when `verify` asks for it."""
+        structure = self._program_structure(graph)
+        if structure is None:
+            return None
+        store = self._program_store()
+        key = self._program_key(structure)
+        entry = store.load(key, structure)
+        if entry is None:
+            return None
+        if self.verify and not entry.verified:
+            return None  # compiled (and verified) again, then stored as verified
+        compiled = entry.compiled
+        try:
+            compiled.build()
+        except CompileError:
+            return None  # e.g. a library its kernels no longer link into: compile again
+        program_cache.install(graph, entry)
+        graph.compiled = compiled
+        self.program_cache_hit = True
         return compiled
 
     # ------------------------------------------------------------------ search
@@ -112,6 +156,14 @@ class CPUCompiler:
     ) -> CompiledGraph:
         """Two stages on one clock: the e-graph's alternative programs (static kernels),
         then the kernel sites of the chosen program. A cached record skips both."""
+        from luminal.backends.cpu.tuning import SPACE_VERSION, CpuSearchSpace, ProgramSpace
+        from luminal.backends.cpu.verify import check_inputs
+        from luminal.compiler.egraph import EGraphCompiler
+        from luminal.compiler.passes import GenericCompiler
+        from luminal.search.cache import SearchCache, search_key
+        from luminal.search.driver import SearchStages, unsendable
+        from luminal.search.programs import ProgramAlternatives, split_config
+
         saved_inputs = dict(graph.input_data)
         dims = check_inputs(graph, reference)
         stages: SearchStages | None = None
@@ -168,6 +220,8 @@ class CPUCompiler:
             graph.input_data.update(saved_inputs)
 
     def _reference_results(self, reference: Graph) -> Callable[[], tuple[dict, list]]:
+        from luminal.backends.cpu.verify import output_views, reference_outputs
+
         def results() -> tuple[dict, list]:
             expected = reference_outputs(reference, self.rtol, self.atol)
             return expected, output_views(reference, expected)
@@ -183,6 +237,10 @@ class CPUCompiler:
 def static_program(graph: Graph) -> CompiledGraph:
     """What mode="fast" runs, not yet built: the e-graph's cheapest program (contractions
     lowered for BLAS), cleaned up, with the static kernel of every materialised node."""
+    from luminal.backends.cpu.lowering import lower
+    from luminal.compiler.egraph import EGraphCompiler
+    from luminal.compiler.passes import GenericCompiler
+
     graph.compile(EGraphCompiler(rulesets=RULESETS))
     graph.compile(GenericCompiler())
     return lower(graph)
