@@ -8,12 +8,6 @@ from __future__ import annotations
 
 # reason -> test names (without the _cpu device suffix)
 EXCLUDED: dict[str, list[str]] = {
-    ("MaxPool's Indices output and MaxUnpool: not imported"): [
-        "test_maxpool_with_argmax_2d_precomputed_pads",
-        "test_maxpool_with_argmax_2d_precomputed_strides",
-        "test_maxunpool_export_with_output_shape",
-        "test_maxunpool_export_without_output_shape",
-    ],
     ("BitCast reinterprets bits: luminal has no bit-reinterpreting primitive"): [
         "test_bitcast_2d_float32_to_int32",
         "test_bitcast_bool_to_uint8",
@@ -238,20 +232,6 @@ EXCLUDED: dict[str, list[str]] = {
     ],
     ("not imported yet: Einsum"): [
         "test_einsum_batch_diagonal",
-    ],
-    ("not imported yet: TensorScatter"): [
-        "test_tensorscatter",
-        "test_tensorscatter_3d",
-        "test_tensorscatter_circular",
-    ],
-    ("not imported yet: TfIdfVectorizer"): [
-        "test_tfidfvectorizer_tf_batch_onlybigrams_skip0",
-        "test_tfidfvectorizer_tf_batch_onlybigrams_skip5",
-        "test_tfidfvectorizer_tf_batch_uniandbigrams_skip5",
-        "test_tfidfvectorizer_tf_only_bigrams_skip0",
-        "test_tfidfvectorizer_tf_onlybigrams_levelempty",
-        "test_tfidfvectorizer_tf_onlybigrams_skip5",
-        "test_tfidfvectorizer_tf_uniandbigrams_skip5",
     ],
     (
         "quantized integer ops (QuantizeLinear/DequantizeLinear/QLinear*/*Integer): not "

@@ -16,12 +16,14 @@ from luminal.onnx.ops import (
     ml,
     nn_ops,
     optional,
+    pool_index,
     recurrent,
     reductions,
     resize,
     sampling,
     shape_ops,
     signal,
+    text,
     training,
 )
 
@@ -42,6 +44,8 @@ RULES: dict[str, Rule] = {
     **optional.RULES,
     **sampling.RULES,
     **signal.RULES,
+    **text.RULES,
+    **pool_index.RULES,
 }
 
 DOMAIN_RULES: dict[tuple[str, str], Rule] = {

@@ -173,7 +173,37 @@ def _scatter_nd(ctx: NodeContext) -> GraphTensor:
     return _scatter_rows(ctx, table.contiguous(), rows, updates).reshape(data.view.shape)
 
 
+def _tensor_scatter(ctx: NodeContext) -> GraphTensor:
+    """KV-cache write (opset 24): cache position p of batch entry b takes update row
+    p - write_indices[b] (mod the cache length when circular) where that row exists.
+    One GatherElements of the update and an exact select against the past cache."""
+    past, update = ctx.tensor(0), ctx.tensor(1).cast(ctx.tensor(0).dtype)
+    axis = axis_of(ctx.attr("axis", -2), past.ndim)
+    mode = ctx.attr("mode", "linear")
+    if mode not in ("linear", "circular"):
+        raise ctx.unsupported(f"mode={mode!r}")
+    length, rows = past.view.shape[axis], update.view.shape[axis]
+    batch = past.view.shape[0]
+    if ctx.has(2):
+        start = ctx.tensor(2).cast(int32)
+    else:
+        start = ctx.graph.constant(0, int32).expand((batch,))
+    along = [1] * past.ndim
+    along[axis] = length
+    lead = [1] * past.ndim
+    lead[0] = batch
+    position = ctx.graph.arange(length).reshape(tuple(along)) - start.reshape(tuple(lead))
+    if mode == "circular":
+        position = position % ctx.graph.constant(length.as_int(), int32)
+    position = position.expand(past.view.shape)
+    inside = position.ge(0) * position.lt(ctx.graph.constant(rows.as_int(), int32))
+    last = ctx.graph.constant(rows.as_int() - 1, int32)
+    safe = position.maximum(ctx.graph.constant(0, int32)).minimum(last)
+    return select(inside, gather_along(update, safe, axis), past)
+
+
 RULES: dict[str, Rule] = {
+    "TensorScatter": _tensor_scatter,
     "Gather": _gather,
     "GatherElements": _gather_elements,
     "GatherND": _gather_nd,

@@ -14,6 +14,7 @@ from luminal.hl.combine import concat
 from luminal.nn.conv import conv, sliding_windows
 from luminal.onnx.context import NodeContext
 from luminal.onnx.ops.common import as_float, axis_of, reverse
+from luminal.onnx.ops.pool_index import max_pool_indices
 from luminal.tensor import GraphTensor
 
 Rule = Callable[[NodeContext], object]
@@ -182,16 +183,17 @@ def _pool_setup(ctx: NodeContext, x: GraphTensor) -> tuple:
     return kernel, strides, dilations, pairs, extra
 
 
-def _max_pool(ctx: NodeContext) -> GraphTensor:
-    if len(ctx.node.output) > 1 and ctx.node.output[1]:
-        raise ctx.unsupported("the Indices output of MaxPool")
+def _max_pool(ctx: NodeContext) -> GraphTensor | list[GraphTensor]:
     x = ctx.tensor(0)
     kernel, strides, dilations, pairs, extra = _pool_setup(ctx, x)
     full = [(b, e + x_) for (b, e), x_ in zip(pairs, extra, strict=True)]
     source = x if x.dtype.is_float else x.cast(float32)
     windows = sliding_windows(source, kernel, strides, dilations, full, -math.inf)
     dims = len(kernel)
-    return windows.max(tuple(range(x.ndim, x.ndim + dims))).cast(x.dtype)
+    y = windows.max(tuple(range(x.ndim, x.ndim + dims))).cast(x.dtype)
+    if len(ctx.node.output) > 1 and ctx.node.output[1]:
+        return [y, max_pool_indices(ctx, x, kernel, strides, dilations, full)]
+    return y
 
 
 def _average_pool(ctx: NodeContext) -> GraphTensor:

@@ -1,0 +1,119 @@
+"""TfIdfVectorizer (IDF/TFIDF weights, 1-D input, skips), MaxPool's Indices and
+MaxUnpool, and TensorScatter against onnxruntime or ONNX's reference, beyond the node
+suite's cases."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
+
+from luminal.onnx.backend import LuminalBackend
+
+
+def _model(node: onnx.NodeProto, feeds: dict[str, np.ndarray], outputs: int, opset: int):
+    infos = [
+        helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+        for n, a in feeds.items()
+    ]
+    outs = [
+        helper.make_tensor_value_info(name, TensorProto.UNDEFINED, None)
+        for name in node.output[:outputs]
+    ]
+    graph = helper.make_graph([node], "case", infos, outs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 10
+    return onnx.shape_inference.infer_shapes(model)
+
+
+def _check(node, feeds, outputs: int = 1, opset: int = 22, reference: bool = False) -> None:
+    model = _model(node, feeds, outputs, opset)
+    if reference:
+        expected = ReferenceEvaluator(model).run(None, feeds)
+    else:
+        session = ort.InferenceSession(
+            model.SerializeToString(), providers=["CPUExecutionProvider"]
+        )
+        expected = session.run(None, feeds)
+    ours = LuminalBackend.prepare(model).run(feeds)
+    for a, b in zip(ours, expected, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+        assert a.dtype == b.dtype
+
+
+@pytest.mark.parametrize("mode", ["TF", "IDF", "TFIDF"])
+@pytest.mark.parametrize("shape", [(14,), (3, 9)])
+def test_tfidf_weights_and_skips(mode: str, shape: tuple) -> None:
+    rng = np.random.default_rng(5)
+    x = rng.integers(1, 5, shape).astype(np.int32)
+    node = helper.make_node(
+        "TfIdfVectorizer",
+        ["x"],
+        ["Y"],
+        mode=mode,
+        min_gram_length=1,
+        max_gram_length=3,
+        max_skip_count=2,
+        ngram_counts=[0, 3, 9],
+        ngram_indexes=[5, 0, 3, 1, 6, 2, 4, 7],
+        pool_int64s=[2, 3, 4, 1, 2, 2, 3, 4, 4, 1, 2, 3],
+        weights=[0.5, 2.0, 1.5, 3.0, 0.25, 1.0, 4.0, 2.5],
+    )
+    _check(node, {"x": x}, opset=9)
+
+
+@pytest.mark.parametrize("order", [0, 1])
+@pytest.mark.parametrize(
+    ("shape", "kernel", "strides", "pads"),
+    [((2, 3, 7, 6), [3, 2], [1, 2], [1, 0, 1, 1]), ((1, 2, 4, 5, 3), [2, 2, 2], [1, 2, 1], None)],
+)
+def test_max_pool_indices(order: int, shape: tuple, kernel: list, strides: list, pads) -> None:
+    rng = np.random.default_rng(6)
+    x = rng.integers(-4, 4, shape).astype(np.float32)  # ties: the first maximum wins
+    extra = {"pads": pads} if pads else {}
+    node = helper.make_node(
+        "MaxPool",
+        ["x"],
+        ["Y", "I"],
+        kernel_shape=kernel,
+        strides=strides,
+        storage_order=order,
+        **extra,
+    )
+    _check(node, {"x": x}, outputs=2)
+
+
+def test_max_unpool_overlapping_windows() -> None:
+    """Overlapping windows pick one element twice: it is written once, not summed."""
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((2, 3, 6, 6)).astype(np.float32)
+    pool = helper.make_node("MaxPool", ["x"], ["Y", "I"], kernel_shape=[3, 3], strides=[1, 1])
+    model = _model(pool, {"x": x}, 2, 22).SerializeToString()
+    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    values, indices = session.run(None, {"x": x})
+    feeds = {"values": values, "indices": indices}
+    node = helper.make_node(
+        "MaxUnpool", ["values", "indices"], ["Z"], kernel_shape=[3, 3], strides=[1, 1]
+    )
+    _check(node, feeds)
+
+
+@pytest.mark.parametrize("mode", ["linear", "circular"])
+@pytest.mark.parametrize("axis", [-2, 1])
+def test_tensor_scatter(mode: str, axis: int) -> None:
+    rng = np.random.default_rng(9)
+    past = rng.standard_normal((3, 7, 2, 4)).astype(np.float32)
+    if axis == -2:
+        past = past.transpose(0, 2, 1, 3).copy()  # (3, 2, 7, 4)
+    update_shape = list(past.shape)
+    update_shape[axis] = 3
+    feeds = {
+        "past": past,
+        "update": rng.standard_normal(update_shape).astype(np.float32),
+        "where": np.array([0, 4, 6] if mode == "circular" else [0, 4, 2], np.int64),
+    }
+    node = helper.make_node("TensorScatter", list(feeds), ["Y"], mode=mode, axis=axis)
+    _check(node, feeds, opset=24, reference=True)
