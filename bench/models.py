@@ -14,8 +14,10 @@
   the 4 forced start tokens, against WhisperForConditionalGeneration with its cache.
 - YOLOv8n (seeded weights) on one 640x640 image, against PyTorch eager running the
   re-implementation of ultralytics' model in tests/models/yolo_torch.py.
+- a tiny Llama (hidden 256, 4 layers, 8 heads, 4 KV heads, vocab 1000, seeded random
+  weights): per-token decode after a 16-token prompt, the overhead regime.
 Ratios are luminal time / transformers (PyTorch) time (below 1 is faster). `--only NAME`
-runs one row (minilm, llama, qwen2, whisper, yolo).
+runs one row (minilm, llama, qwen2, tiny-llama, whisper, yolo).
 """
 
 from __future__ import annotations
@@ -208,6 +210,54 @@ def bench_qwen2_decode(timer: Timer, prompt_len: int = 32, steps: int = 32) -> l
     )
 
 
+TINY_LLAMA = dict(
+    hidden_size=256,
+    intermediate_size=512,
+    num_hidden_layers=4,
+    num_attention_heads=8,
+    num_key_value_heads=4,
+    vocab_size=1000,
+    max_position_embeddings=512,
+    attn_implementation="eager",
+)
+
+
+def bench_tiny_llama(timer: Timer, prompt_len: int = 16, steps: int = 32) -> list[Row]:
+    """The overhead regime: a small Llama (hidden 256, 4 layers; the examples' model)
+    whose decode step is dominated by per-call costs, not arithmetic. Both sides run the
+    same prompt, then `steps` single-token steps with their KV cache are timed."""
+    torch.manual_seed(0)
+    reference = transformers.LlamaForCausalLM(transformers.LlamaConfig(**TINY_LLAMA)).eval()
+    model = lm.models.Llama(lm.Graph(), reference.config.to_dict())
+    model.load_state_dict(reference.state_dict())
+    session = model.session(compile=True)
+    prompt = np.random.default_rng(0).integers(0, 1000, (1, prompt_len)).astype(np.int32)
+    t_prompt = torch.tensor(prompt, dtype=torch.long)
+    token = np.array([1], np.int32)
+
+    def ours_steps() -> float:
+        session.prefill(prompt)
+        start = time.perf_counter()
+        for _ in range(steps):
+            session.step(token)
+        return time.perf_counter() - start
+
+    @torch.no_grad()
+    def theirs_steps() -> float:
+        past = reference(t_prompt, use_cache=True).past_key_values
+        start = time.perf_counter()
+        for _ in range(steps):
+            past = reference(torch.tensor([[1]]), past_key_values=past).past_key_values
+        return time.perf_counter() - start
+
+    with torch.no_grad():
+        expected = reference(t_prompt).logits[:, -1].numpy()
+    np.testing.assert_allclose(session.prefill(prompt), expected, atol=1e-4, rtol=1e-3)
+    times = timer.self_timed({"luminal": ours_steps, "transformers": theirs_steps})
+    ours, theirs = times["luminal"] / steps, times["transformers"] / steps
+    return report("tiny Llama 256x4 decode, per token", ours, theirs)
+
+
 def bench_whisper(timer: Timer, steps: int = 32) -> list[Row]:
     """Whisper-tiny-shaped transcription of one 30 s input: encoder, forced start tokens
     (start, language, task, no timestamps), then greedy steps to `steps` tokens. Both
@@ -294,6 +344,7 @@ BENCHES = {
     "minilm": bench_minilm,
     "llama": bench_llama,
     "qwen2": bench_qwen2_decode,
+    "tiny-llama": bench_tiny_llama,
     "whisper": bench_whisper,
     "yolo": bench_yolov8n,
 }

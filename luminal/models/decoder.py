@@ -8,9 +8,12 @@ its `CheckpointNames`, and the hooks `build_attention`, `build_mlp`, `build_norm
 `build_rotary`, `layer_window` and `checkpoint_state`.
 
 `DecoderSession` owns one graph for generation: token ids `(batch, "seq")`, one KV cache
-per layer `(batch, kv_heads, "past", head_dim)`, and as outputs the logits of the last
-position and the new caches. "seq" and "past" are symbolic, so the same (compiled) graph
-runs the prompt (past = 0) and then every single-token step; nothing recompiles.
+per layer in a preallocated buffer `(batch, kv_heads, "cap", head_dim)` of which the graph
+reads the first "past" positions, and as outputs the logits of the last position and the
+keys/values of the new positions, which the session writes into the buffers in place (an
+append copies only the new rows). "seq", "past" and "cap" are symbolic, so the same
+(compiled) graph runs the prompt (past = 0) and then every single-token step; nothing
+recompiles.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from luminal.tensor import GraphTensor
 from luminal.weights import LlamaConfig, load_hf_config, load_safetensors
 
 PathLike = str | os.PathLike[str]
+MIN_CACHE = 64  # positions a session's cache buffers hold at least
 
 
 def hf_activation(name: str) -> Stateless:
@@ -418,11 +422,19 @@ class DecoderSession:
             self.model = model.replica(self.graph)
         self.share_weights()
         self.ids = self.graph.tensor((batch, "seq"), dtype=int32, name="input_ids")
-        self.cache_in = self.model.cache_inputs(batch, "past")
-        logits, self.cache_out = self.model.forward_with_cache(self.ids, self.cache_in, True)
+        # buffers of capacity "cap"; the model reads their first "past" positions
+        self.cache_store = self.model.cache_inputs(batch, "cap")
+        past = var("past")
+        self.cache_in = [
+            KVCache(c.key[:, :, :past], c.value[:, :, :past]) for c in self.cache_store
+        ]
+        logits, caches = self.model.forward_with_cache(self.ids, self.cache_in, True)
         self.logits = logits.retrieve()
-        for cache in self.cache_out:
-            cache.retrieve()
+        # the new positions only, (batch, kv_heads, seq, head_dim), in buffers of their own
+        held = self.cache_in[0].key.shape[2]
+        self.cache_out = [
+            KVCache(*(t[:, :, held:].contiguous() for t in c)).retrieve() for c in caches
+        ]
         self.want_compile = compile
         self.compiler = compiler
         self.compiled: Any = None
@@ -453,12 +465,29 @@ class DecoderSession:
 
     def reset(self, batch: int = 1) -> None:
         """Empty caches for a new sequence of `batch` rows."""
-        c = self.model.config
-        empty = np.zeros((batch, c.num_key_value_heads, 0, c.head_dim), np.float32)
-        for cache in self.cache_in:
-            cache.set(empty, empty)
         self.past, self.batch = 0, batch
+        self.buffers: list[tuple[np.ndarray, np.ndarray]] = []
+        self._reserve(0)
         self.history = np.zeros((batch, 0), np.int32)
+
+    def _reserve(self, positions: int) -> None:
+        """Cache buffers holding at least `positions` (capacity doubles, at least
+        MIN_CACHE), the positions held so far copied over: amortised O(1) per token."""
+        capacity = self.buffers[0][0].shape[2] if self.buffers else -1
+        if positions <= capacity:
+            return
+        capacity = max(MIN_CACHE, 1 << max(positions - 1, 0).bit_length())
+        kv_heads, head_dim = (int(d) for d in self.cache_store[0].key.shape[1::2])
+        shape = (self.batch, kv_heads, capacity, head_dim)
+        grown = []
+        for index, store in enumerate(self.cache_store):
+            pair = np.zeros(shape, np.float32), np.zeros(shape, np.float32)
+            if self.buffers:
+                for new, old in zip(pair, self.buffers[index], strict=True):
+                    new[:, :, : self.past] = old[:, :, : self.past]
+            store.set(*pair)
+            grown.append(pair)
+        self.buffers = grown
 
     def run(self, ids: np.ndarray) -> np.ndarray:
         """Feed `ids` (batch, n) after what the caches hold; returns the logits of the last
@@ -476,15 +505,18 @@ class DecoderSession:
         if switch is not None and 0 < self.past <= switch < self.past + ids.shape[1]:
             ids = np.concatenate([self.history, ids], axis=1)
             self.reset(self.batch)
+        count = ids.shape[1]
+        self._reserve(self.past + count)
         self.ids.set(ids)
+        self.graph.set_dim("past", self.past)
         self._ensure_compiled()
         self.graph.execute()
         logits = self.logits.numpy()
-        # read every new cache before setting any input: setting one rebinds "past"
-        new_caches = [cache.numpy() for cache in self.cache_out]
-        for cache_in, arrays in zip(self.cache_in, new_caches, strict=True):
-            cache_in.set(*arrays)
-        self.past += ids.shape[1]
+        end = self.past + count
+        for buffers, rows in zip(self.buffers, self.cache_out, strict=True):
+            for buffer, new in zip(buffers, rows, strict=True):
+                buffer[:, :, self.past : end] = _value(new)
+        self.past = end
         self.history = np.concatenate([self.history, ids], axis=1)
         return logits
 
@@ -501,6 +533,15 @@ class DecoderSession:
         """One new token per row (batch,) -> logits of it (batch, vocab)."""
         tokens = np.asarray(token_ids, dtype=np.int32).reshape(-1, 1)
         return self.run(tokens)
+
+
+def _value(tensor: GraphTensor) -> np.ndarray:
+    """A retrieved tensor's value after a run: its output buffer itself when it reads
+    the whole buffer (no copy), else `numpy()`."""
+    buffer = tensor.graph.buffers.get(tensor.node_id)
+    if buffer is not None and tensor.view.is_identity():
+        return buffer
+    return tensor.numpy()
 
 
 def load_tokenizer(folder: PathLike) -> Any:

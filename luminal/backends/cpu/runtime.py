@@ -4,7 +4,10 @@ All kernels of a segment are called from one generated C function, so a run make
 Python-level call per segment (a segment ends only at a Python `Function` op). Buffer
 pointers live in one ctypes array: inputs are refreshed per run (the user may set new
 arrays), intermediates point into an arena laid out by the memory plan, and retrieved or
-kept tensors get their own arrays. Plans are cached per set of dimension sizes.
+kept tensors get their own arrays. Plans are cached per set of dimension sizes; a dim
+that no output's shape uses is planned at its bucket (the next power of two, at least
+16) when every buffer grows with it, so decoding, whose "past" grows by one per token,
+plans its arena once per doubling instead of once per token.
 
 State of a run lives in its own arguments, never in the library: a kernel that can fault
 (an index out of range) writes the run plan's fault record, and the segment's runner
@@ -39,6 +42,7 @@ from luminal.schedule.memory import (
     liveness,
     plan_memory,
 )
+from luminal.shape.expr import Expr
 
 TIMING_HELPERS = r"""#include <stdio.h>
 #include <time.h>
@@ -62,6 +66,61 @@ FAULTS = {
     1: "index {value} is out of range for a table of {bound} rows (valid: 0 to {last})",
     ALLOC_FAULT: "could not allocate {value} bytes of scratch memory",
 }
+
+
+MIN_BUCKET = 16
+
+
+def bucket(size: int) -> int:
+    """The size a plan is made for: the next power of two, at least MIN_BUCKET."""
+    return MIN_BUCKET if size <= MIN_BUCKET else 1 << (size - 1).bit_length()
+
+
+def grows_with_every_dim(expr: Expr) -> bool:
+    """Whether `expr` never decreases when a dim grows: non-negative coefficients over
+    variables, min/max of such expressions and their floor division by a positive
+    constant (a plan for larger dims then holds it)."""
+    for monomial, coefficient in expr.terms:
+        if coefficient < 0:
+            return False
+        for atom in monomial:
+            if atom.op == "var":
+                continue
+            if atom.op == "floordiv":
+                divisor = atom.args[1].as_int()
+                if divisor is None or divisor <= 0 or not grows_with_every_dim(atom.args[0]):
+                    return False
+            elif atom.op not in ("min", "max") or not all(map(grows_with_every_dim, atom.args)):
+                return False
+    return True
+
+
+class _InputChecks:
+    """Each input's expected shape, per set of sizes of the dims input shapes use."""
+
+    def __init__(self, graph: Graph, input_nodes: list[int]) -> None:
+        self.exprs = [(n, graph.nodes[n].shape) for n in input_nodes]
+        names: set[str] = set()
+        for _, shape in self.exprs:
+            for d in shape:
+                names |= d.variables()
+        self.names = sorted(names)
+        self.cache: dict[tuple, list[tuple[int, tuple[int, ...]]]] = {}
+
+    def shapes(self, dims: dict[str, int]) -> list[tuple[int, tuple[int, ...]]] | None:
+        """(input, shape) for every input at `dims`; None when a dim has no size."""
+        key = tuple(dims.get(name) for name in self.names)
+        cached = self.cache.get(key)
+        if cached is not None:
+            return cached
+        if None in key:
+            return None
+        env = dict(zip(self.names, key, strict=True))
+        shapes = [(n, tuple(d.evaluate(env) for d in shape)) for n, shape in self.exprs]
+        if len(self.cache) >= MAX_CACHED_PLANS:
+            self.cache.clear()
+        self.cache[key] = shapes
+        return shapes
 
 
 @dataclass
@@ -131,7 +190,8 @@ class CompiledGraph:
         for transient in ("library", "runners"):
             state.pop(transient, None)
         state["plans"] = {}
-        state.pop("_static_shapes", None)
+        for derived in ("_static_shapes", "_bucketed", "_input_checks"):
+            state.pop(derived, None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -184,14 +244,43 @@ class CompiledGraph:
         return "\n".join(lines) + "\n"
 
     # ---------------------------------------------------------------- running
-    def run_plan(self, graph: Graph, dims: dict[str, int]) -> RunPlan:
-        key = tuple(dims.get(n, 0) for n in self.dims)
-        cached = self.plans.get(key)
+    def plan_dims(self, graph: Graph, dims: dict[str, int]) -> tuple[int, ...]:
+        """The dims a run's plan is made for (`self.dims` order): exact for dims an output
+        shape uses, bucketed for the others when every buffer grows with them."""
+        bucketed = self.__dict__.get("_bucketed")
+        if bucketed is None:
+            bucketed = self._bucketed = self._bucketable(graph)
+        return tuple(
+            bucket(dims.get(n, 0)) if flag else dims.get(n, 0)
+            for n, flag in zip(self.dims, bucketed, strict=True)
+        )
+
+    def _bucketable(self, graph: Graph) -> tuple[bool, ...]:
+        in_outputs: set[str] = set()
+        for node_id in self.keep:
+            for d in graph.nodes[node_id].shape:
+                in_outputs |= d.variables()
+        sizes = [
+            d
+            for n in self.buffer_nodes
+            if n not in self.input_nodes and n not in self.keep
+            for d in graph.nodes[n].shape
+        ]
+        scratch = [e for seg in self.segments for k in seg.kernels for e in k.scratch]
+        monotone = all(grows_with_every_dim(e) for e in sizes + scratch)
+        return tuple(monotone and name not in in_outputs for name in self.dims)
+
+    def run_plan(self, graph: Graph, dims: dict[str, int], exact: bool = False) -> RunPlan:
+        """The plan for a run at `dims` (cached); `exact` plans at `dims` themselves,
+        not cached (what memory_report shows)."""
+        key = tuple(dims.get(n, 0) for n in self.dims) if exact else self.plan_dims(graph, dims)
+        cached = None if exact else self.plans.get(key)
         if cached is not None:
             self.plans[key] = self.plans.pop(key)  # most recently used last
             return cached
         while len(self.plans) >= MAX_CACHED_PLANS:  # decoding visits a new size per token
             self.plans.pop(next(iter(self.plans)))
+        dims = {**dims, **dict(zip(self.dims, key, strict=True))}
         sizes: dict[int, int] = {}
         shapes: dict[int, tuple[int, ...]] = {}  # retrieved/kept: their own arrays
         for node_id in self.buffer_nodes:
@@ -233,7 +322,8 @@ class CompiledGraph:
             ctypes.cast(fault, ctypes.c_void_p),
         )
         run_plan.output_of = {id(array): node_id for node_id, array in outputs.items()}
-        self.plans[key] = run_plan
+        if not exact:
+            self.plans[key] = run_plan
         return run_plan
 
     def _hand_over(self, run: RunPlan, node_id: int, array: np.ndarray, previous: Any) -> None:
@@ -251,19 +341,24 @@ class CompiledGraph:
         run.pointers[self.slot[node_id]] = spare.ctypes.data
 
     def _dims(self, graph: Graph) -> dict[str, int]:
-        """The dimension map; without symbolic dims, only a shape comparison per input
-        (the general check builds and evaluates expressions: ~25 us per run)."""
-        if not self.dims and not graph.dim_checks:  # checks: see Graph.require_nonzero
-            static = self.__dict__.get("_static_shapes")
-            if static is None:
-                static = [
-                    (n, tuple(int(d) for d in graph.nodes[n].shape)) for n in self.input_nodes
-                ]
-                self._static_shapes = static
-            data = graph.input_data
-            if all(n in data and data[n].shape == shape for n, shape in static):
-                return {}
-        return resolve_dims(graph, self.input_nodes)
+        """The dimension map, checked against the inputs' data: a shape comparison per
+        input, the symbolic shapes evaluated once per set of sizes (the general check,
+        `resolve_dims`, evaluates every input's expressions: ~25 us per run without
+        symbolic dims, ~200 us for a decoder). Anything unexpected goes to the general
+        check, which raises the error that names it."""
+        checks = self.__dict__.get("_input_checks")
+        if checks is None:
+            checks = self._input_checks = _InputChecks(graph, self.input_nodes)
+        dims = graph.dims
+        data = graph.input_data
+        expected = checks.shapes(dims)
+        if expected is None or graph.dim_checks:  # checks: see Graph.require_nonzero
+            return resolve_dims(graph, self.input_nodes)
+        for node_id, shape in expected:
+            array = data.get(node_id)
+            if array is None or array.shape != shape:
+                return resolve_dims(graph, self.input_nodes)
+        return dict(dims)
 
     def execute(self, graph: Graph) -> None:
         """One run: refresh input pointers that changed, then one C call per segment."""
@@ -346,7 +441,7 @@ class CompiledGraph:
 
     def memory_report(self, graph: Graph) -> dict[str, int]:
         dims = resolve_dims(graph, self.input_nodes)
-        run = self.run_plan(graph, dims)
+        run = self.run_plan(graph, dims, exact=True)
         report = run.plan.report()
         report["outputs_bytes"] = int(sum(a.nbytes for a in run.outputs.values()))
         report["peak_bytes"] = report["arena_bytes"] + report["outputs_bytes"]
