@@ -48,6 +48,7 @@ class NodeContext:
         lift: Callable[[np.ndarray, str], GraphTensor],
         run_subgraph: Callable[..., list[Value]] | None = None,
         graph_inputs: dict[int, str] | None = None,
+        elem_types: dict[str, int] | None = None,
     ) -> None:
         self.graph = graph
         self.node = node
@@ -57,6 +58,7 @@ class NodeContext:
         self._lift = lift
         self.run_subgraph = run_subgraph
         self.graph_inputs = graph_inputs or {}
+        self.elem_types = elem_types or {}
         self.attrs = {a.name: _attribute(a) for a in node.attribute}
 
     # ---------------------------------------------------------------- messages
@@ -124,6 +126,12 @@ class NodeContext:
 
     def lift(self, array: np.ndarray, name: str = "constant") -> GraphTensor:
         return self._lift(array, name)
+
+    def elem_type(self, index: int) -> int | None:
+        """Input `index`'s ONNX element type where the model declares it (luminal holds
+        every integer type as int32, so the tensor's dtype does not tell)."""
+        name = self.node.input[index] if index < len(self.node.input) else ""
+        return self.elem_types.get(name)
 
     def dtype_of(self, index: int) -> DType:
         value = self.inputs[index]

@@ -125,13 +125,18 @@ class Importer:
         self.expansions = 0
         self.constants = {k: np.asarray(v) for k, v in (constants or {}).items()}
         self.graph_inputs: dict[int, str] = {}
+        self.elem_types: dict[str, int] = {}
 
     # ---------------------------------------------------------------- graph
     def import_graph(
         self, graph: onnx.GraphProto
     ) -> tuple[dict[str, GraphTensor], dict[str, GraphTensor]]:
         env: dict[str, Value] = {}
+        for info in [*graph.input, *graph.value_info, *graph.output]:
+            if info.type.WhichOneof("value") == "tensor_type" and info.type.tensor_type.elem_type:
+                self.elem_types[info.name] = info.type.tensor_type.elem_type
         for init in graph.initializer:
+            self.elem_types[init.name] = init.data_type
             env[init.name] = self._initializer(init)
         for sparse in graph.sparse_initializer:
             raise OnnxImportError(f"sparse initializer {sparse.values.name!r} is not supported")
@@ -211,6 +216,7 @@ class Importer:
             self.as_tensor,
             lambda g, feeds: self.run_subgraph(g, feeds, env, opsets),
             self.graph_inputs,
+            self.elem_types,
         )
         try:
             results = self._dispatch(ctx, env, opsets)

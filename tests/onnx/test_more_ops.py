@@ -117,3 +117,50 @@ def test_tensor_scatter(mode: str, axis: int) -> None:
     }
     node = helper.make_node("TensorScatter", list(feeds), ["Y"], mode=mode, axis=axis)
     _check(node, feeds, opset=24, reference=True)
+
+
+def _bitcast_model(kind: int, to: int, n: int) -> onnx.ModelProto:
+    node = helper.make_node("BitCast", ["x"], ["y"], to=to)
+    graph = helper.make_graph(
+        [node],
+        "bitcast",
+        [helper.make_tensor_value_info("x", kind, [n])],
+        [helper.make_tensor_value_info("y", to, [n])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 26)])
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_bitcast_float_int_every_class(compiled: bool) -> None:
+    """Normals, subnormals, +-0, +-inf, the largest and smallest magnitudes and NaN
+    (the quiet NaN, whose bits numpy gives) reinterpret exactly both ways."""
+    import luminal as lm
+
+    rng = np.random.default_rng(10)
+    special = np.array(
+        [
+            0.0,
+            -0.0,
+            np.inf,
+            -np.inf,
+            np.nan,
+            1e-45,
+            -1e-45,
+            1.1754942e-38,
+            1.1754944e-38,
+            3.4028235e38,
+            -3.4028235e38,
+            1.0,
+            -2.5,
+            0.1,
+        ],
+        np.float32,
+    )
+    floats = np.concatenate([special, rng.standard_normal(200).astype(np.float32) * 1e3])
+    bits = rng.integers(-(2**31), 2**31, 400, dtype=np.int64).astype(np.int32)
+    bits = bits[~np.isnan(bits.view(np.float32))]  # a NaN's payload is not kept
+    compiler = lm.CPUCompiler() if compiled else None
+    to_int = LuminalBackend.prepare(_bitcast_model(1, 6, floats.size), compiler=compiler)
+    np.testing.assert_array_equal(to_int.run([floats])[0], floats.view(np.int32))
+    to_float = LuminalBackend.prepare(_bitcast_model(6, 1, bits.size), compiler=compiler)
+    np.testing.assert_array_equal(to_float.run([bits])[0].view(np.int32), bits)

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from luminal.onnx.ops import (
     activations,
+    bitcast,
     bitwise,
     control_flow,
     elementwise,
@@ -46,6 +47,7 @@ RULES: dict[str, Rule] = {
     **signal.RULES,
     **text.RULES,
     **pool_index.RULES,
+    **bitcast.RULES,
 }
 
 DOMAIN_RULES: dict[tuple[str, str], Rule] = {
