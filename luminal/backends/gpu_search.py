@@ -1,8 +1,9 @@
-"""Measured search over GPU schedules: the tile size of every matrix product, timed on
+"""Measured search over GPU schedules: the schedule of every matrix product, timed on
 the device itself.
 
-Every matrix product of a lowered graph is a site; its options are the tile sizes of
-`luminal.kernel.gpu_matmul.TILES` and 0 (one work-item per output element). All options
+Every matrix product of a lowered graph is a site; its options (`OPTIONS`) are the tile
+sizes of `luminal.kernel.gpu_matmul.TILES` without and with register blocking (each
+work-item computing 2x2 or 4x4 outputs) and 0 (one work-item per output element). All options
 of all sites are rendered into ONE program (one driver build), the default program runs
 once so every buffer holds real data, then each site's options are launched on those
 buffers and timed (after a warm-up launch, repeated until a few milliseconds have passed),
@@ -27,21 +28,30 @@ import numpy as np
 from luminal.backends.gpu_runtime import GpuCompiledGraph, GpuDevice
 from luminal.graph import Graph
 from luminal.kernel.gpu import GpuProgram, Launch, lower_gpu, rounded_global
-from luminal.kernel.gpu_matmul import DEFAULT_TILE, TILES, tileable
+from luminal.kernel.gpu_matmul import DEFAULT_TILE, TILES, Schedule, tileable
 from luminal.search.budget import Deadline
 
-SPACE_VERSION = "gpu-tiles-1"
-OPTIONS = (0, *TILES)
+SPACE_VERSION = "gpu-tiles-2"
+# 32x32 tiles with 4x4 blocks would need 32 KB of local memory per operand: left out
+OPTIONS: tuple[Schedule, ...] = (
+    (0, 1),
+    *((t, 1) for t in TILES),
+    (8, 2),
+    (16, 2),
+    (8, 4),
+    (16, 4),
+)
+DEFAULT: Schedule = (DEFAULT_TILE, 1)
 MIN_SECONDS = 0.005  # measure each option for at least this long
 MAX_REPEATS = 50
 
 
 @dataclass
 class TileSearch:
-    """The outcome: chosen tile per site (node id), and every measured time."""
+    """The outcome: chosen schedule per site (node id), and every measured time."""
 
-    chosen: dict[int, int]
-    seconds: dict[int, dict[int, float]] = field(default_factory=dict)
+    chosen: dict[int, Schedule]
+    seconds: dict[int, dict[Schedule, float]] = field(default_factory=dict)
     stopped_by: str = "space exhausted"
 
 
@@ -69,7 +79,7 @@ def search_tiles(
     be set); `make_device` gives a device for the program holding every option."""
     program = compiled.program
     products = sites(graph, program)
-    result = TileSearch({n: DEFAULT_TILE for n in products})
+    result = TileSearch({n: DEFAULT for n in products})
     if not products:
         return result
     variants = {t: _launches_by_node(graph, t) for t in OPTIONS}
@@ -79,7 +89,7 @@ def search_tiles(
     compiled.execute(graph)  # real data in every buffer; makes this dims' plan
     plan = next(iter(compiled.plans.values()))
     for node_id in products:
-        timings: dict[int, float] = {}
+        timings: dict[Schedule, float] = {}
         for tile in OPTIONS:
             if deadline.expired():
                 result.stopped_by = "time budget"
@@ -87,11 +97,11 @@ def search_tiles(
             calls = [_bind(measuring, names[id(l)], l, plan) for l in variants[tile][node_id]]
             timings[tile] = _time(measuring, calls)
         result.seconds[node_id] = timings
-        result.chosen[node_id] = min(timings, key=lambda t: (timings[t], t != DEFAULT_TILE))
+        result.chosen[node_id] = min(timings, key=lambda t: (timings[t], t != DEFAULT))
     return result
 
 
-def _launches_by_node(graph: Graph, tile: int) -> dict[int, list[Launch]]:
+def _launches_by_node(graph: Graph, tile: Schedule) -> dict[int, list[Launch]]:
     program = lower_gpu(graph, tile=tile)
     launches: dict[int, list[Launch]] = {}
     for step, (node_id, _) in zip(program.steps, program.steps_io, strict=True):

@@ -99,16 +99,17 @@ Special = Callable[[Graph, Node, set[int], list[str]], "ir.Kernel | Launch | Non
 def lower_gpu(
     graph: Graph,
     special: Special | None = None,
-    tile: int | None = None,
-    tiles: Mapping[int, int] | None = None,
+    tile: int | tuple[int, int] | None = None,
+    tiles: Mapping[int, int | tuple[int, int]] | None = None,
 ) -> GpuProgram:
     """The launches of a graph after the e-graph: the schedule's kernels, each as GPU
     launches; Python functions as host steps. A matrix product is a tiled kernel staging
-    its operands in local memory (`gpu_matmul`: `tile` elements square, by default
-    `DEFAULT_TILE`; `tiles` overrides it per node; 0 is the plain loop kernel), other
+    its operands in local memory (`gpu_matmul`: `tile` a tile size or (tile, register
+    block), by default `DEFAULT_TILE`; `tiles` per node; tile 0 is the plain loop kernel),
+    other
     contractions loop kernels (no BLAS on a GPU).
     `special` may supply a backend's own kernel for a node first."""
-    from luminal.kernel.gpu_matmul import DEFAULT_TILE, tiled_matmul
+    from luminal.kernel.gpu_matmul import DEFAULT_TILE, schedule, tiled_matmul
 
     tile = DEFAULT_TILE if tile is None else tile
     tiles = tiles or {}
@@ -134,9 +135,9 @@ def lower_gpu(
         chosen = kernels.get(node_id)
         if chosen is None and special is not None:
             chosen = special(graph, node, materialised, dims)
-        size = tiles.get(node_id, tile)
+        size, block = schedule(tiles.get(node_id, tile))
         if chosen is None and size:
-            chosen = tiled_matmul(graph, node, materialised, dims, size)
+            chosen = tiled_matmul(graph, node, materialised, dims, size, block)
         if chosen is None:
             chosen = _node_kernel(graph, node, materialised, dims)
         launches = [chosen] if isinstance(chosen, Launch) else to_gpu(chosen)
@@ -175,7 +176,7 @@ def custom_launch(graph: Graph, node: Node) -> Launch:
         raise CompileError(
             f"custom kernel '{op.function}' (node {node.id}) is C, which runs on the CPU "
             "backend only; give the GPU backend its own source (lm.custom_kernel(..., "
-            "backend=\"opencl\"))"
+            'backend="opencl"))'
         )
     buffers = [node.id] + [edge.source for edge in node.inputs]
     params = tuple(ir.Param(n, graph.nodes[n].dtype, output=i == 0) for i, n in enumerate(buffers))

@@ -19,7 +19,14 @@ from luminal.backends.opencl.runtime import OpenCLDevice
 from luminal.errors import CompileError
 from luminal.graph import Graph
 from luminal.kernel.gpu import GpuProgram, lower_gpu
-from luminal.kernel.gpu_matmul import DEFAULT_TILE, TILES
+from luminal.kernel.gpu_matmul import (
+    BLOCKS,
+    DEFAULT_TILE,
+    TILES,
+    Schedule,
+    parse_schedule,
+    schedule_name,
+)
 from luminal.search.budget import Deadline, TimeBudget
 from luminal.search.cache import (
     SearchCache,
@@ -41,8 +48,9 @@ class OpenCLCompiler(GpuCompiler):
     `verify` runs the compiled graph and the reference runtime on the same inputs and
     raises CompileError when they differ; `cache` keeps built programs and search results
     on disk. `tile` is the tile size of matrix products staged in local memory (4, 8, 16
-    or 32; 0: one work-item per output element reading its whole row and column);
-    `mode="optimal"` or `lm.TimeBudget(seconds)` measures every tile size per product.
+    or 32; 0: one work-item per output element reading its whole row and column), `block`
+    the outputs per work-item along each side (register blocking: 1, 2 or 4);
+    `mode="optimal"` or `lm.TimeBudget(seconds)` measures every schedule per product.
     `render(graph)` and `build(graph)` give the program's source and built program
     without changing the graph."""
 
@@ -57,10 +65,14 @@ class OpenCLCompiler(GpuCompiler):
         atol: float = 1e-4,
         cache: bool = True,
         tile: int = DEFAULT_TILE,
+        block: int = 1,
     ) -> None:
         super().__init__(mode, verify, rtol, atol)
         if tile and tile not in TILES:
             raise CompileError(f"OpenCLCompiler: tile {tile!r} is not one of {TILES} or 0")
+        if block not in BLOCKS:
+            raise CompileError(f"OpenCLCompiler: block {block!r} is not one of {BLOCKS}")
+        self.block = block
         self.device = device
         self.cache = cache
         self.tile = tile
@@ -75,7 +87,7 @@ class OpenCLCompiler(GpuCompiler):
         return OpenCLDevice(self.device, cache=self.cache)
 
     def program(self, graph: Graph) -> GpuProgram:
-        return lower_gpu(graph, tile=self.tile)
+        return lower_gpu(graph, tile=(self.tile, self.block))
 
     def render(self, graph: Graph) -> str:
         """The OpenCL C program the graph compiles to (no device needed); the graph is
@@ -102,7 +114,7 @@ class OpenCLCompiler(GpuCompiler):
         compiled.build()
         tiles = self._search(graph, reference, compiled, fingerprint, deadline)
         if tiles is not None:
-            program = lower_gpu(graph, tile=self.tile, tiles=tiles)
+            program = lower_gpu(graph, tile=(self.tile, self.block), tiles=tiles)
             compiled = GpuCompiledGraph(graph, program, device, self.name)
             compiled.build()
         self._verify(graph, compiled, reference)  # a searched program is always checked
@@ -116,8 +128,8 @@ class OpenCLCompiler(GpuCompiler):
         compiled: GpuCompiledGraph,
         fingerprint: str,
         deadline: Deadline,
-    ) -> dict[int, int] | None:
-        """The tile of every matrix product: cached, or measured on the device (None:
+    ) -> dict[int, Schedule] | None:
+        """The schedule of every matrix product: cached, or measured on the device (None:
         no matrix products, keep the default program)."""
         products = gpu_search.sites(graph, compiled.program)
         if not products:
@@ -129,11 +141,11 @@ class OpenCLCompiler(GpuCompiler):
         store = SearchCache(toolchain.cache_root() / "search")
         record = store.load(key) if self.cache else None
         names = {gpu_search.site_name(i): n for i, n in enumerate(products)}
-        space = {name: [str(t) for t in gpu_search.OPTIONS] for name in names}
+        space = {name: [schedule_name(t) for t in gpu_search.OPTIONS] for name in names}
         if record is not None and record.sites == space:
             self.cache_hit = True
             self.search_record = record
-            return {names[site]: int(option) for site, option in record.chosen.items()}
+            return {names[site]: parse_schedule(option) for site, option in record.chosen.items()}
         try:
             started = deadline.elapsed()
             found = gpu_search.search_tiles(graph, compiled, self.open_device, deadline)
@@ -141,7 +153,7 @@ class OpenCLCompiler(GpuCompiler):
             graph.input_data = dict(saved)
             graph.buffers = {}
         by_node = {n: name for name, n in names.items()}
-        default = {n: t.get(gpu_search.DEFAULT_TILE, math.inf) for n, t in found.seconds.items()}
+        default = {n: t.get(gpu_search.DEFAULT, math.inf) for n, t in found.seconds.items()}
         best = {n: t[found.chosen[n]] for n, t in found.seconds.items()}
         record = SearchRecord(
             key=key,
@@ -150,13 +162,13 @@ class OpenCLCompiler(GpuCompiler):
             mode=str(self.mode),
             cpu=cpu_model(),
             version=luminal_version(),
-            chosen={by_node[n]: str(t) for n, t in found.chosen.items()},
+            chosen={by_node[n]: schedule_name(t) for n, t in found.chosen.items()},
             best_seconds=float(sum(best.values())),
             baseline_seconds=float(sum(default.values())),
             search_seconds=deadline.elapsed() - started,
             sites=space,
             trials=[
-                Trial({by_node[n]: str(tile)}, "ok", seconds)
+                Trial({by_node[n]: schedule_name(tile)}, "ok", seconds)
                 for n, timings in found.seconds.items()
                 for tile, seconds in timings.items()
             ],

@@ -189,22 +189,25 @@ def test_no_device_is_a_compile_error_naming_what_is_missing(monkeypatch):
     cx.execute()  # the graph still runs on the reference runtime
 
 
-@pytest.mark.parametrize("tile", [0, 4, 8, 32])
-def test_matrix_products_tiled_in_local_memory_for_every_tile_size(rng, tile):
+@pytest.mark.parametrize(("tile", "block"), [(0, 1), (4, 1), (8, 1), (32, 1), (8, 2), (16, 4)])
+def test_matrix_products_tiled_in_local_memory_for_every_schedule(rng, tile, block):
     """Sizes that are not multiples of the tile, a batch, a fused transpose and scale,
-    and a symbolic M: every work-item meets the barriers, only stores are guarded."""
+    and a symbolic M: every work-item meets the barriers, only stores are guarded;
+    with register blocking each work-item keeps block x block sums."""
     cx = lm.Graph()
     a = cx.tensor(("m", 37)).set(uniform(rng, (50, 37)))
     b = cx.tensor((37, 29)).set(uniform(rng, (37, 29)))
     c = cx.tensor((3, 29, 5)).set(uniform(rng, (3, 29, 5)))
     outs = [(a @ b).retrieve(), (a[:7] @ b @ c).retrieve(), (a.exp() @ (b.T * 2).T).retrieve()]
-    source = OpenCLCompiler(tile=tile).render(cx)
-    staged = source.count(f"__local float lm_tile_a[{tile * tile}];")
+    compiler = OpenCLCompiler(tile=tile, block=block)
+    source = compiler.render(cx)
+    staged = source.count(f"__local float lm_tile_a[{tile * tile * block}];")
     assert staged == (4 if tile else 0) and ("barrier(CLK_LOCAL_MEM_FENCE);" in source) == bool(
         tile
     )
+    assert (f"acc{block - 1}_{block - 1} +=" in source) == bool(tile)
     expected = reference_outputs(cx, outs)
-    cx.compile(OpenCLCompiler(tile=tile))
+    cx.compile(compiler)
     cx.execute()
     for out, want in zip(outs, expected, strict=True):
         np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-4)
