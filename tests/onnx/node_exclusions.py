@@ -230,40 +230,6 @@ EXCLUDED: dict[str, list[str]] = {
         "test_einsum_batch_diagonal",
     ],
     (
-        "quantized integer ops (QuantizeLinear/DequantizeLinear/QLinear*/*Integer): not "
-        "imported yet"
-    ): [
-        "test_convinteger_with_padding",
-        "test_convinteger_without_padding",
-        "test_dequantizelinear",
-        "test_dequantizelinear_axis",
-        "test_dequantizelinear_blocked",
-        "test_dequantizelinear_int16",
-        "test_dequantizelinear_uint16",
-        "test_dynamicquantizelinear",
-        "test_dynamicquantizelinear_expanded",
-        "test_dynamicquantizelinear_max_adjusted",
-        "test_dynamicquantizelinear_max_adjusted_expanded",
-        "test_dynamicquantizelinear_min_adjusted",
-        "test_dynamicquantizelinear_min_adjusted_expanded",
-        "test_matmulinteger",
-        "test_qlinearconv",
-        "test_qlinearmatmul_2D_int8_float16",
-        "test_qlinearmatmul_2D_int8_float32",
-        "test_qlinearmatmul_2D_uint8_float16",
-        "test_qlinearmatmul_2D_uint8_float32",
-        "test_qlinearmatmul_3D_int8_float16",
-        "test_qlinearmatmul_3D_int8_float32",
-        "test_qlinearmatmul_3D_uint8_float16",
-        "test_qlinearmatmul_3D_uint8_float32",
-        "test_quantizelinear",
-        "test_quantizelinear_axis",
-        "test_quantizelinear_blocked_asymmetric",
-        "test_quantizelinear_blocked_symmetric",
-        "test_quantizelinear_int16",
-        "test_quantizelinear_uint16",
-    ],
-    (
         "random number generation (Bernoulli, RandomUniformLike, training-mode Dropout): "
         "outputs are not reproducible against the reference"
     ): [

@@ -18,6 +18,7 @@ from luminal.onnx.ops import (
     nn_ops,
     optional,
     pool_index,
+    quantize,
     recurrent,
     reductions,
     resize,
@@ -48,6 +49,7 @@ RULES: dict[str, Rule] = {
     **text.RULES,
     **pool_index.RULES,
     **bitcast.RULES,
+    **quantize.RULES,
 }
 
 DOMAIN_RULES: dict[tuple[str, str], Rule] = {

@@ -29,7 +29,7 @@ MANTISSA = 2**23
 QUIET_NAN = 0x7FC00000
 LOWEST = -149  # 2^-149, the smallest subnormal
 # 2^k for k = -149 .. 128 (2^128 is inf in float32)
-POWERS = np.ldexp(np.float32(1), np.arange(LOWEST, 129)).astype(np.float32)
+POWERS = np.append(np.ldexp(np.float32(1), np.arange(LOWEST, 128)), np.float32(np.inf))
 
 
 def _power(ctx: NodeContext, exponent: GraphTensor) -> GraphTensor:

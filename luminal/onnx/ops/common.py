@@ -82,3 +82,24 @@ def floor(x: GraphTensor) -> GraphTensor:
     if not x.dtype.is_float:
         return x
     return x - x % 1.0
+
+
+def _split(v: GraphTensor) -> tuple[GraphTensor, GraphTensor]:
+    """Veltkamp's split of a float32 into two halves of 12 bits (hi + lo == v)."""
+    c = v * 4097.0
+    hi = c - (c - v)
+    return hi, v - hi
+
+
+def divide(a: GraphTensor, b: GraphTensor) -> GraphTensor:
+    """a / b rounded as IEEE division rounds (luminal divides as a * (1 / b), which can
+    land one ulp off; quantization rounds the quotient to an integer, where that ulp
+    decides ties). The product q * b is made exact with Dekker's two-product and the
+    remainder corrects q."""
+    inverse = b.reciprocal()
+    q = a * inverse
+    high = q * b
+    qh, ql = _split(q)
+    bh, bl = _split(b)
+    low = ((qh * bh - high) + qh * bl + ql * bh) + ql * bl
+    return q + ((a - high) - low) * inverse

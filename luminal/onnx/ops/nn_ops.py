@@ -50,8 +50,13 @@ def _pad_spatial(x: GraphTensor, pairs: list, value: float = 0.0) -> GraphTensor
 
 
 def _conv(ctx: NodeContext) -> GraphTensor:
-    x, weight = ctx.tensor(0), ctx.tensor(1)
-    bias = ctx.optional(2)
+    return conv_node(ctx, ctx.tensor(0), ctx.tensor(1), ctx.optional(2))
+
+
+def conv_node(
+    ctx: NodeContext, x: GraphTensor, weight: GraphTensor, bias: GraphTensor | None
+) -> GraphTensor:
+    """Conv with the node's attributes (pads, strides, dilations, group, auto_pad)."""
     kernel = [int(d.as_int()) for d in weight.view.shape[2:]]
     strides, dilations, pairs = _spatial(ctx, x, kernel)
     x = _pad_spatial(x, pairs)
