@@ -10,31 +10,24 @@ share one compiled object; symbolic dims are read from the dimension array at ru
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Sequence
 from dataclasses import dataclass
 
-from luminal.graph import Edge, Graph
 from luminal.kernel import ir
-from luminal.kernel.values import NotRowLocal, ValueLowering
-from luminal.render.c import ALLOC_FAULT, PRELUDE, CRenderer, c_expr, dim_name
+from luminal.kernel.values import NotRowLocal
+from luminal.render.c import ALLOC_FAULT, PRELUDE, CRenderer, c_expr
 from luminal.shape.expr import Expr
 
 __all__ = [
     "ALLOC_FAULT",
-    "C_STORAGE",
     "FAULT_PARAM",
     "PARALLEL_THRESHOLD",
     "PRELUDE",
     "CpuRenderer",
     "KernelSource",
-    "KernelWriter",
     "NotRowLocal",
     "c_expr",
     "kernel_source",
 ]
-
-C_STORAGE = CRenderer.storage_types
 
 # the last parameter of a kernel that can fault (an index out of range): the run's own
 # record {code, offending value, bound}, never a global shared by every graph
@@ -81,8 +74,9 @@ RENDERER = CpuRenderer()
 
 @dataclass
 class KernelSource:
-    """A kernel's C source and how to call it; `kernel` is the IR it was rendered from
-    (None for kernels still written as text: sgemm, the generated matmul)."""
+    """A kernel's C source and how to call it; `kernel` is the IR it was rendered from,
+    which the search's knobs transform and render again (None for a kernel loaded from the
+    program cache, which holds sources only)."""
 
     name: str
     source: str
@@ -105,50 +99,3 @@ def kernel_source(kernel: ir.Kernel, renderer: CRenderer = RENDERER) -> KernelSo
     name, source = renderer.render(kernel)
     buffers = [p.node for p in kernel.params]
     return KernelSource(name, source, buffers, list(kernel.nodes), kernel.scratch, kernel)
-
-
-class KernelWriter:
-    """The value lowering with C text out, for the sgemm kernels still written as text
-    (`blas.py`) until they are lowered to IR too."""
-
-    def __init__(self, graph: Graph, materialised: set[int]) -> None:
-        self.values = ValueLowering(graph, materialised)
-        self.buffers = self.values.params
-        self.nodes = self.values.nodes
-
-    def buffer(self, node_id: int) -> str:
-        return f"b{self.values.param(node_id)}"
-
-    def loop_var(self, name: str, extent: Expr) -> Expr:
-        return self.values.loop_var(name, extent)
-
-    def edge(self, edge: Edge, indices: Sequence[Expr]) -> str:
-        return RENDERER.value(self.values.edge(edge, indices))
-
-
-def _finish_source(
-    label: str,
-    buffers: list[int],
-    parameter_types: list[str],
-    dims: Sequence[str],
-    body: str,
-    computed: list[int],
-    prelude: str = "",
-    faults: bool = False,
-    scratch: Sequence[Expr] = (),
-) -> KernelSource:
-    """Wrap a kernel body written as text into a function named after its ops and its
-    source hash (the text-built sgemm and generated-matmul kernels)."""
-    locals_ = "".join(
-        f"    const long long {dim_name(n)} = d[{i}]; (void){dim_name(n)};\n"
-        for i, n in enumerate(dims)
-    )
-    params = ", ".join(
-        [*parameter_types, "const long long* restrict d", *([FAULT_PARAM] if faults else [])]
-    )
-    placeholder = "KERNEL_NAME"
-    source = f"{prelude}\n/* {label} */\nvoid {placeholder}({params}) {{\n{locals_}{body}\n}}\n"
-    digest = hashlib.sha256(source.encode()).hexdigest()[:12]
-    name = f"lm_{label}_{digest}"
-    source = source.replace(placeholder, name)
-    return KernelSource(name, source, list(buffers), computed, tuple(scratch))
