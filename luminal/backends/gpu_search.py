@@ -21,6 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from math import inf
 from typing import Any
 
 import numpy as np
@@ -34,16 +35,18 @@ from luminal.search.budget import Deadline
 SPACE_VERSION = "gpu-tiles-2"
 # 32x32 tiles with 4x4 blocks would need 32 KB of local memory per operand: left out
 OPTIONS: tuple[Schedule, ...] = (
-    (0, 1),
-    *((t, 1) for t in TILES),
+    (DEFAULT_TILE, 1),  # the default first: later options are cut against its time
+    *((t, 1) for t in TILES if t != DEFAULT_TILE),
     (8, 2),
     (16, 2),
     (8, 4),
     (16, 4),
+    (0, 1),
 )
 DEFAULT: Schedule = (DEFAULT_TILE, 1)
 MIN_SECONDS = 0.005  # measure each option for at least this long
 MAX_REPEATS = 50
+CUT = 2.0  # an option whose first run is this many times the best so far is not repeated
 
 
 @dataclass
@@ -95,7 +98,7 @@ def search_tiles(
                 result.stopped_by = "time budget"
                 return result
             calls = [_bind(measuring, names[id(l)], l, plan) for l in variants[tile][node_id]]
-            timings[tile] = _time(measuring, calls)
+            timings[tile] = _time(measuring, calls, CUT * min(timings.values(), default=inf))
         result.seconds[node_id] = timings
         result.chosen[node_id] = min(timings, key=lambda t: (timings[t], t != DEFAULT))
     return result
@@ -120,11 +123,17 @@ def _bind(device: GpuDevice, name: str, launch: Launch, plan: Any) -> tuple:
     return device.bind(name, args), rounded_global(size, launch.local_size), launch.local_size
 
 
-def _time(device: GpuDevice, calls: Sequence[tuple]) -> float:
-    """Seconds per run of `calls` (one warm-up, then repeats for MIN_SECONDS)."""
+def _time(device: GpuDevice, calls: Sequence[tuple], cut: float) -> float:
+    """Seconds per run of `calls`: one warm-up run, then repeats for MIN_SECONDS; an
+    option whose warm-up alone takes longer than `cut` is not repeated (its warm-up time
+    stands: clearly slower, not worth the seconds)."""
+    start = time.perf_counter()
     for call in calls:
         device.launch(*call)
     device.synchronize()
+    first = time.perf_counter() - start
+    if first > cut:
+        return first
     repeats, spent = 0, 0.0
     start = time.perf_counter()
     while repeats < MAX_REPEATS and spent < MIN_SECONDS:
