@@ -42,7 +42,7 @@ class OpenCLBackend:
             parallelism="work-items",
             vector_bits=(),
             python_functions=True,
-            custom_kernels=False,
+            custom_kernels=True,  # OpenCL C: lm.custom_kernel(..., backend="opencl")
         )
 
     def device_id(self) -> str:

@@ -247,3 +247,24 @@ def test_long_rows_are_reduced_by_a_work_group_in_local_memory(rng):
         e = np.exp(values - values.max(-1, keepdims=True))
         np.testing.assert_allclose(outs[5].numpy(), e / e.sum(-1, keepdims=True), rtol=1e-5)
         np.testing.assert_allclose(outs[6].numpy(), values.sum(-1), rtol=1e-5, atol=1e-5)
+
+
+def test_the_registry_backend_parts_run_a_graph(rng):
+    """rulesets -> e-graph, render -> a compiled graph on the device, build, run."""
+    from luminal.compiler.egraph import EGraphCompiler
+
+    backend = lm.backends.get("opencl")
+    assert backend.is_available() and backend.device_id().startswith("opencl/")
+    assert not backend.capabilities().blas and backend.capabilities().custom_kernels
+    cx = lm.Graph()
+    a, b = uniform(rng, (6, 5)), uniform(rng, (5, 3))
+    out = (cx.tensor((6, 5)).set(a) @ cx.tensor((5, 3)).set(b)).relu().retrieve()
+    cx.compile(lm.GenericCompiler())
+    cx.compile(EGraphCompiler(rulesets=backend.rulesets))
+    compiled = backend.render(cx)
+    assert isinstance(compiled, backend.runtime)
+    compiled.build()
+    cx.compiled = compiled
+    cx.execute()
+    np.testing.assert_allclose(out.numpy(), np.maximum(a @ b, 0), rtol=1e-5, atol=1e-6)
+    assert isinstance(lm.backends.compiler("opencl", tile=8), OpenCLCompiler)
