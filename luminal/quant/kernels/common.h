@@ -3,11 +3,10 @@
  * y[r, j] = sum_k x[r, k] * W[j, k] with W packed in a GGUF block format, one row of
  * whole blocks per output feature. By the number of activation rows m:
  *   m <  prefill_rows: one packed row against each activation row, unpacked in
- *                      registers (lq_fdot_<fmt>: float activations, FMA), or, with
- *                      quantized activations, rows rounded to 8 bits per block of 32
- *                      (d = max|x| / 127, q = rint(x / d)) and integer dot products
- *                      (AVX-512 VNNI / AVX-VNNI dpbusd, AVX2 maddubs: lq_dot_<fmt>,
- *                      llama.cpp's vec_dot_*_q8_0);
+ *                      registers: with `bits` 8 or 16, rows rounded to integers per
+ *                      block of 32 (lq_acts) and integer dot products (AVX-512 VNNI
+ *                      dpbusd, AVX2 maddubs: lq_dot_<fmt>, as llama.cpp's
+ *                      vec_dot_*_q8_0); with 32, float activations and FMA (lq_fdot_<fmt>);
  *   m >= prefill_rows: panels of W are dequantised to float32 in a per-thread buffer
  *                      (lq_dequant_<fmt>) and multiplied with FMA, 4 x 4 outputs at a time.
  * luminal/quant/reference.py computes the same in numpy (the oracle). */
