@@ -33,8 +33,31 @@ _FLOATS = {
 }
 
 
+# held as float32 values on the type's grid / as int32 (Cast rounds or wraps onto them)
+NARROW_FLOATS = {
+    TensorProto.FLOAT8E4M3FN: ml_dtypes.float8_e4m3fn,
+    TensorProto.FLOAT8E4M3FNUZ: ml_dtypes.float8_e4m3fnuz,
+    TensorProto.FLOAT8E5M2: ml_dtypes.float8_e5m2,
+    TensorProto.FLOAT8E5M2FNUZ: ml_dtypes.float8_e5m2fnuz,
+    TensorProto.FLOAT4E2M1: ml_dtypes.float4_e2m1fn,
+}
+NARROW_INTEGERS = {
+    TensorProto.UINT4: ml_dtypes.uint4,
+    TensorProto.INT4: ml_dtypes.int4,
+    TensorProto.UINT2: ml_dtypes.uint2,
+    TensorProto.INT2: ml_dtypes.int2,
+}
+_NARROW_NUMPY = {np.dtype(t) for t in [*NARROW_FLOATS.values(), *NARROW_INTEGERS.values()]}
+
+
 def is_supported(elem_type: int) -> bool:
-    return elem_type in _INTEGERS or elem_type in _FLOATS or elem_type == TensorProto.BOOL
+    return (
+        elem_type in _INTEGERS
+        or elem_type in _FLOATS
+        or elem_type in NARROW_FLOATS
+        or elem_type in NARROW_INTEGERS
+        or elem_type == TensorProto.BOOL
+    )
 
 
 def type_name(elem_type: int) -> str:
@@ -46,15 +69,18 @@ def type_name(elem_type: int) -> str:
 
 def luminal_dtype(elem_type: int) -> DType:
     """The luminal dtype an ONNX element type computes in, or DTypeError."""
-    if elem_type in _INTEGERS:
+    if elem_type in _INTEGERS or elem_type in NARROW_INTEGERS:
         return int32
     if elem_type in _FLOATS:
         return _FLOATS[elem_type][1]
+    if elem_type in NARROW_FLOATS:
+        return float32
     if elem_type == TensorProto.BOOL:
         return bool_
     raise DTypeError(
         f"ONNX element type {type_name(elem_type)} has no luminal equivalent; supported: "
-        "float32/64, float16, bfloat16, (u)int8/16/32/64 and bool (see docs/onnx.md)"
+        "float32/64, float16, bfloat16, float8 (e4m3fn/fnuz, e5m2/fnuz), float4e2m1, "
+        "(u)int2/4/8/16/32/64 and bool (see docs/onnx.md)"
     )
 
 
@@ -66,6 +92,10 @@ def numpy_dtype(elem_type: int) -> np.dtype:
         return np.dtype(_FLOATS[elem_type][0])
     if elem_type == TensorProto.BOOL:
         return np.dtype(np.bool_)
+    if elem_type in NARROW_FLOATS:
+        return np.dtype(NARROW_FLOATS[elem_type])
+    if elem_type in NARROW_INTEGERS:
+        return np.dtype(NARROW_INTEGERS[elem_type])
     raise DTypeError(f"ONNX element type {type_name(elem_type)} has no numpy equivalent")
 
 
@@ -74,6 +104,13 @@ def to_luminal_array(array: np.ndarray, what: str) -> np.ndarray:
     DTypeError naming `what` (a silently wrapped index or id would be wrong)."""
     array = np.asarray(array)
     kind = array.dtype.kind
+    if array.dtype in _NARROW_NUMPY:  # float8/float4 values are exact in float32
+        wide = (
+            np.int32
+            if array.dtype in {np.dtype(t) for t in NARROW_INTEGERS.values()}
+            else np.float32
+        )
+        return array.astype(wide)
     if kind == "b":
         return array.astype(np.bool_, copy=False)
     if kind in "iu":

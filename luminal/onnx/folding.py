@@ -150,6 +150,8 @@ def _mod(ctx: NodeContext) -> list[np.ndarray] | None:
 
 def _cast(ctx: NodeContext) -> list[np.ndarray] | None:
     (array,) = [np.asarray(ctx.inputs[0])]
+    if ctx.attr("to") in dtypes.NARROW_FLOATS:
+        return None  # rounding with saturation: the graph rule
     target = dtypes.numpy_dtype(ctx.attr("to"))
     if is_symbolic(array):
         return [array] if target.kind in "iu" else None
@@ -163,6 +165,8 @@ def _cast_like(ctx: NodeContext) -> list[np.ndarray] | None:
     """CastLike of a known value needs only the other input's type, not its value."""
     array, like = np.asarray(ctx.inputs[0]), ctx.inputs[1]
     target = like.dtype.numpy if isinstance(like, GraphTensor) else np.asarray(like).dtype
+    if ctx.elem_type(1) in dtypes.NARROW_FLOATS or ctx.elem_type(1) in dtypes.NARROW_INTEGERS:
+        return None  # luminal holds it as float32/int32: the graph rule rounds or wraps
     if is_symbolic(array):
         return [array] if target.kind in "iuO" else None
     return [array.astype(np.int64 if target.kind == "O" else target)]

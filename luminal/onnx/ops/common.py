@@ -103,3 +103,14 @@ def divide(a: GraphTensor, b: GraphTensor) -> GraphTensor:
     bh, bl = _split(b)
     low = ((qh * bh - high) + qh * bl + ql * bh) + ql * bl
     return q + ((a - high) - low) * inverse
+
+
+def round_half_even(x: GraphTensor) -> GraphTensor:
+    """Round to nearest, ties to even (numpy.round, ONNX Round)."""
+    if not x.dtype.is_float:
+        return x
+    shifted = x + 0.5
+    rounded = floor(shifted)
+    tie = (shifted % 1.0).eq(0)
+    odd = (rounded % 2.0).eq(1)
+    return rounded - tie * odd

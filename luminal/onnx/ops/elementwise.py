@@ -12,7 +12,8 @@ from luminal.dtype import DType, bool_, float32, int32
 from luminal.hl.binary import not_nan
 from luminal.onnx import dtypes
 from luminal.onnx.context import NodeContext
-from luminal.onnx.ops.common import as_float, floor, select
+from luminal.onnx.ops.common import as_float, floor, round_half_even, select
+from luminal.onnx.ops.minifloat import round_to
 from luminal.tensor import GraphTensor
 
 Rule = Callable[[NodeContext], object]
@@ -60,17 +61,6 @@ def power(ctx: NodeContext) -> GraphTensor:
         return base.pow(exponent).cast(base.dtype)
     value = base.cast(float32).pow(exponent.cast(float32))
     return round_half_even(value).cast(base.dtype)
-
-
-def round_half_even(x: GraphTensor) -> GraphTensor:
-    """Round to nearest, ties to even (numpy.round, ONNX Round)."""
-    if not x.dtype.is_float:
-        return x
-    shifted = x + 0.5
-    rounded = floor(shifted)
-    tie = (shifted % 1.0).eq(0)
-    odd = (rounded % 2.0).eq(1)
-    return rounded - tie * odd
 
 
 def _atan(x: GraphTensor) -> GraphTensor:
@@ -178,30 +168,37 @@ def clip(ctx: NodeContext) -> GraphTensor:
 
 
 def cast(ctx: NodeContext) -> GraphTensor:
-    target = ctx.attr("to")
-    return cast_to(ctx.tensor(0), target)
+    return cast_to(ctx.tensor(0), ctx.attr("to"), bool(ctx.attr("saturate", 1)))
 
 
-def cast_to(x: GraphTensor, elem_type: int) -> GraphTensor:
+# narrow integer types: (bits, signed); they wrap as numpy's astype does
+_WRAP = {2: (8, False), 3: (8, True), 4: (16, False), 5: (16, True)}
+_WRAP.update({21: (4, False), 22: (4, True), 25: (2, False), 26: (2, True)})
+
+
+def cast_to(x: GraphTensor, elem_type: int, saturate: bool = True) -> GraphTensor:
     """ONNX Cast: float -> int truncates (as luminal); -> bool is x != 0; narrow integer
-    types wrap as numpy's astype does."""
+    types wrap as numpy's astype does; float8/float4 round onto their grid."""
+    if elem_type in dtypes.NARROW_FLOATS:
+        return round_to(x, elem_type, saturate)
     target = dtypes.luminal_dtype(elem_type)
     if target == bool_:
         return x.ne(0).cast(bool_) if x.dtype != bool_ else x
     result = x.cast(target)
-    bits = {2: 8, 3: 8, 4: 16, 5: 16}.get(elem_type)  # UINT8 INT8 UINT16 INT16
-    if bits is None or x.dtype == bool_:
+    if elem_type not in _WRAP or x.dtype == bool_:
         return result
+    bits, signed = _WRAP[elem_type]
     span = 1 << bits
     wrapped = result % span
-    if elem_type in (3, 5):  # signed: [-2^(bits-1), 2^(bits-1))
+    if signed:  # [-2^(bits-1), 2^(bits-1))
         wrapped = wrapped - wrapped.ge(span // 2) * span
     return wrapped
 
 
 def cast_like(ctx: NodeContext) -> GraphTensor:
     like = ctx.inputs[1]
-    if isinstance(like, GraphTensor):
+    target = ctx.elem_type(1)
+    if target is None and isinstance(like, GraphTensor):
         target = {
             DType.float32: 1,
             DType.float16: 10,
@@ -209,9 +206,9 @@ def cast_like(ctx: NodeContext) -> GraphTensor:
             DType.int32: 6,
             DType.bool: 9,
         }[like.dtype]
-    else:
+    elif target is None:
         target = dtypes.from_numpy(np.asarray(like).dtype)
-    return cast_to(ctx.tensor(0), target)
+    return cast_to(ctx.tensor(0), target, bool(ctx.attr("saturate", 1)))
 
 
 def _not(ctx: NodeContext) -> GraphTensor:

@@ -16,8 +16,8 @@ from onnx import TensorProto
 from luminal.dtype import float32, int32
 from luminal.onnx import dtypes
 from luminal.onnx.context import NodeContext
-from luminal.onnx.ops.common import axis_of, divide
-from luminal.onnx.ops.elementwise import round_half_even
+from luminal.onnx.ops.common import axis_of, divide, round_half_even
+from luminal.onnx.ops.minifloat import round_to
 from luminal.onnx.ops.nn_ops import conv_node
 from luminal.tensor import GraphTensor
 
@@ -27,6 +27,10 @@ RANGES = {
     TensorProto.INT8: (-128, 127),
     TensorProto.UINT16: (0, 65535),
     TensorProto.INT16: (-32768, 32767),
+    TensorProto.UINT4: (0, 15),
+    TensorProto.INT4: (-8, 7),
+    TensorProto.UINT2: (0, 3),
+    TensorProto.INT2: (-2, 1),
 }
 
 
@@ -83,17 +87,23 @@ def _quantize_linear(ctx: NodeContext) -> GraphTensor:
     kind = ctx.elem_type(2) if ctx.has(2) else ctx.attr("output_dtype", 0)
     scale = _param(ctx, ctx.tensor(1), x, axis)
     zero = _param(ctx, ctx.tensor(2), x, axis) if ctx.has(2) else None
+    if kind in dtypes.NARROW_FLOATS:  # float8 zero points are 0; float4's is added
+        y = divide(x.cast(float32), scale.cast(float32))
+        if kind == TensorProto.FLOAT4E2M1 and zero is not None:
+            y = y + zero.cast(float32)
+        return round_to(y, kind, bool(ctx.attr("saturate", 1)))
     return quantize(x, scale, zero, _range(ctx, kind))
 
 
 def _dequantize_linear(ctx: NodeContext) -> GraphTensor:
     x = ctx.tensor(0)
-    if ctx.elem_type(0) not in (None, TensorProto.INT32, *RANGES):
-        _range(ctx, ctx.elem_type(0))  # float8/int4 inputs: luminal cannot hold them
+    kind = ctx.elem_type(0)
+    if kind not in (None, TensorProto.INT32, *RANGES, *dtypes.NARROW_FLOATS):
+        _range(ctx, kind)  # raises, naming the type
     axis = axis_of(ctx.attr("axis", 1), x.ndim)
     scale = ctx.tensor(1)
     y = x.cast(float32)
-    if ctx.has(2):
+    if ctx.has(2) and kind not in dtypes.NARROW_FLOATS:  # float8/float4: no zero point
         y = y - _param(ctx, ctx.tensor(2), x, axis).cast(float32)
     y = y * _param(ctx, scale, x, axis).cast(float32)
     target = ctx.attr("output_dtype", 0)

@@ -252,7 +252,7 @@ def _resize(ctx: NodeContext) -> GraphTensor:
 def _round_back(value: GraphTensor, like: GraphTensor) -> GraphTensor:
     """An integer input's interpolated values, rounded to nearest as the reference's
     saturate_cast does, in the input's dtype."""
-    from luminal.onnx.ops.elementwise import round_half_even
+    from luminal.onnx.ops.common import round_half_even
 
     return round_half_even(value).cast(like.dtype)
 

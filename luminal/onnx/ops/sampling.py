@@ -21,8 +21,7 @@ from luminal import ops
 from luminal.dtype import float32, int32
 from luminal.hl.combine import concat
 from luminal.onnx.context import NodeContext
-from luminal.onnx.ops.common import floor, select
-from luminal.onnx.ops.elementwise import round_half_even
+from luminal.onnx.ops.common import floor, round_half_even, select
 from luminal.shape.expr import var
 from luminal.tensor import GraphTensor
 
