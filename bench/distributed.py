@@ -122,7 +122,7 @@ def measured(args: argparse.Namespace) -> dict[tuple[str, int, int], dict]:
 def collect(timer: Timer, quick: bool, threads: int) -> list[Row]:
     """The dashboard's rows: seconds per sample with 2 ranks against 1 rank (weak scaling,
     1 thread per rank; the worker keeps its own best-of-means timing, not `timer`)."""
-    steps, repeats = (5, 2) if quick else (30, 5)
+    steps, repeats = (5, 2) if quick else (10, 3)
     args = argparse.Namespace(batch_per_rank=[64], steps=steps, repeats=repeats)
     results, rows = measured(args), []
     for name in MODELS:

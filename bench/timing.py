@@ -97,17 +97,28 @@ class Rounds:
     pause (BLAS threads spin for a while after a call and would slow the next one); the
     result is each contestant's median. A fast contestant is timed as a batch of calls
     of at least `batch_seconds` (from its warm-up time) so that timer resolution and
-    one-off hiccups do not dominate."""
+    one-off hiccups do not dominate. Slow cases get fewer rounds: as many as fit in
+    `budget` seconds (estimated from the warm-up), never fewer than `least`."""
 
-    def __init__(self, rounds: int, batch_seconds: float = 0.02, pause: float = 0.02) -> None:
+    def __init__(
+        self,
+        rounds: int,
+        batch_seconds: float = 0.02,
+        pause: float = 0.02,
+        budget: float = 60.0,
+        least: int = 3,
+    ) -> None:
         self.rounds = rounds
         self.batch_seconds = batch_seconds
         self.pause = pause
+        self.budget = budget
+        self.least = least
 
     def times(self, fns: Contestants) -> dict[str, float]:
-        batches = {name: self._batch(fn) for name, fn in fns.items()}
+        calibrated = {name: self._calibrate(fn) for name, fn in fns.items()}
+        batches = {name: batch for name, (batch, _) in calibrated.items()}
         samples: dict[str, list[float]] = {name: [] for name in fns}
-        for _ in range(self.rounds):
+        for _ in range(self.count(sum(b * s for b, s in calibrated.values()))):
             for name, fn in fns.items():
                 time.sleep(self.pause)
                 start = time.perf_counter()
@@ -118,17 +129,23 @@ class Rounds:
 
     def self_timed(self, fns: SelfTimed) -> dict[str, float]:
         samples: dict[str, list[float]] = {name: [] for name in fns}
-        for fn in fns.values():
-            fn()  # warm-up
-        for _ in range(self.rounds):
+        warm = sum(fn() for fn in fns.values())  # warm-up, and the cost of a round
+        for _ in range(self.count(warm)):
             for name, fn in fns.items():
                 time.sleep(self.pause)
                 samples[name].append(fn())
         return {name: Seconds(values) for name, values in samples.items()}
 
-    def _batch(self, fn: Callable[[], object]) -> int:
+    def count(self, round_seconds: float) -> int:
+        """`rounds`, or as many as fit in `budget` when a round takes `round_seconds`,
+        but at least `least` (or `rounds`, if fewer)."""
+        fit = int(self.budget // max(round_seconds, 1e-9))
+        return max(min(self.rounds, fit), min(self.least, self.rounds))
+
+    def _calibrate(self, fn: Callable[[], object]) -> tuple[int, float]:
+        """(calls per timed batch, seconds per call) from a warm-up and one timed call."""
         fn()  # warm-up (first-call costs are not what is measured)
         start = time.perf_counter()
         fn()
         seconds = time.perf_counter() - start
-        return max(1, math.ceil(self.batch_seconds / max(seconds, 1e-9)))
+        return max(1, math.ceil(self.batch_seconds / max(seconds, 1e-9))), seconds

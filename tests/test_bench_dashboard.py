@@ -121,3 +121,18 @@ def test_rounds_interleave_contestants_and_take_medians(monkeypatch) -> None:
     assert calls == ["slow"] * 2 + ["fast"] * 2 + (["slow"] + ["fast"] * 10) * 3
     assert times["slow"] == 0.375 and times["slow"].samples == (0.375, 0.875, 0.25)
     assert times["fast"] == 2**-10
+
+
+def test_rounds_fit_a_slow_case_into_the_budget(monkeypatch) -> None:
+    """Rounds that would pass the budget are cut, but never below `least`."""
+    clock = [0.0]
+
+    def slow() -> None:
+        clock[0] += 4.0
+
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(timing.time, "sleep", lambda seconds: None)
+    assert len(timing.Rounds(7, budget=1000).times({"slow": slow})["slow"].samples) == 7
+    assert len(timing.Rounds(7, budget=20).times({"slow": slow})["slow"].samples) == 5
+    assert len(timing.Rounds(7, budget=5).times({"slow": slow})["slow"].samples) == 3
+    assert timing.Rounds(2, budget=5).count(4.0) == 2
