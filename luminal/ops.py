@@ -193,6 +193,24 @@ class ContractSum(Contract):
         return tuple(sorted((self.axis, self.outer)))
 
 
+@dataclass(frozen=True)
+class FusedAttention(Op):
+    """softmax(q kᵀ * scale + mask) v in one pass (flash-style online softmax), never
+    holding the (L, S) scores. Built by the attention pass (`compiler/attention.py`)
+    from the lowered product, softmax and product it replaces. Inputs are read through
+    the views those products used, so the logical index spaces are theirs: q and k as
+    (*batch, L, S, D) (q constant along S, k along L), v as (*batch, L, Dv, S) (constant
+    along L), the optional additive mask as (*batch, L, S) (a fourth input); the
+    output is (*batch, L, Dv). A causal mask built from an iota is held as data
+    instead: with `causal_offset`, the scores of query row r also get `causal_value`
+    where r + causal_offset < key (so a kernel may skip the key blocks it hides)."""
+
+    scale: float
+    causal_offset: Expr | None = None
+    causal_value: float = 0.0
+    arity = None
+
+
 UNARY_OPS = (Log2, Exp2, Sin, Sqrt, Recip)
 BINARY_OPS = (Add, Mul, Mod, LessThan)
 REDUCE_OPS = (SumReduce, MaxReduce)
@@ -212,7 +230,7 @@ PRIMITIVES = (
 )
 # ops that lowering produces and every runtime runs, but no user graph holds (so autograd
 # and the encoders meet them only in lowered graphs)
-LOWERED_OPS = (Contract, ContractSum)
+LOWERED_OPS = (Contract, ContractSum, FusedAttention)
 
 
 def _describe(shapes: Sequence[Shape], dtypes: Sequence[DType]) -> str:

@@ -15,6 +15,7 @@ import numpy as np
 from luminal import ops
 from luminal.dtype import DType
 from luminal.errors import ExecutionError
+from luminal.reference.attention import fused_attention
 from luminal.reference.contraction import contract
 from luminal.shape.expr import Atom, Expr
 
@@ -217,6 +218,7 @@ KERNELS: dict[type, Kernel] = {
     ops.GraphBreak: _identity,
     ops.Contract: _contract,
     ops.ContractSum: _contract_sum,
+    ops.FusedAttention: fused_attention,
 }
 
 

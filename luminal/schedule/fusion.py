@@ -136,6 +136,13 @@ def _inline_or_materialise(graph: Graph) -> FusionPlan:
         node = graph.nodes[node_id]
         if is_blas_contract(node) or isinstance(node.op, ops.Function | ops.Scatter | CustomKernel):
             root_set.update(edge.source for edge in node.inputs)
+    # an attention's additive mask is recomputed per head inside its kernel, never an
+    # (L, S) buffer (an iota's causal mask costs an index comparison per score)
+    recomputed = {
+        graph.nodes[n].inputs[3].source
+        for n in order
+        if isinstance(graph.nodes[n].op, ops.FusedAttention) and len(graph.nodes[n].inputs) == 4
+    }
     inputs: list[int] = []
     inlined: dict[int, Fused] = {}  # inlined node -> its expression where it is read
     split: set[int] = set()
@@ -150,7 +157,9 @@ def _inline_or_materialise(graph: Graph) -> FusionPlan:
         edges = reads.get(node_id, [])
         inlinable = isinstance(node.op, ELEMENTWISE) or is_short_reduce(node)
         if isinstance(node.op, INLINE_SOURCES) or (
-            inlinable and len(edges) == 1 and not _repeats_elements(edges[0])
+            inlinable
+            and len(edges) == 1
+            and (node_id in recomputed or not _repeats_elements(edges[0]))
         ):
             inlined[node_id] = size
     materialised = [

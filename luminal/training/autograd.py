@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from luminal import ops
 from luminal.errors import DTypeError, GraphError, LuminalError, format_shape
 from luminal.shape.tracker import Expand, Permute, Reshape, ShapeTracker
+from luminal.training.attention_grad import fused_attention
 from luminal.training.autograd_views import full, reshaped, view_adjoint, zeros
 
 if TYPE_CHECKING:
@@ -187,6 +188,7 @@ VJP_RULES: dict[type, Rule] = {
     ops.Function: _not_differentiable,
     ops.Contract: _contract,
     ops.ContractSum: _contract,
+    ops.FusedAttention: fused_attention,
 }
 
 # outputs that are piecewise constant in their inputs: no gradient flows into them

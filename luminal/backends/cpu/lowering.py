@@ -10,9 +10,11 @@ from luminal import ops
 from luminal.backends.cpu.blas import blas_contract_kernel
 from luminal.backends.cpu.codegen import RENDERER, KernelSource, kernel_source
 from luminal.backends.cpu.runtime import CompiledGraph, Segment
+from luminal.compiler.attention import fuse_attention
 from luminal.custom import CustomKernel
 from luminal.graph import Graph
 from luminal.kernel import ir
+from luminal.kernel.attention import attention_kernel
 from luminal.kernel.indexing import dims_of
 from luminal.kernel.lower import (
     NotRowLocal,
@@ -49,7 +51,9 @@ class Lowering:
 
 def lower_kernels(graph: Graph, renderer: CRenderer = RENDERER, blas: bool = True) -> Lowering:
     """The static (mode="fast") kernel for every materialised node, rendered by
-    `renderer`; `blas=False` lowers every contraction to loops (a backend without sgemm)."""
+    `renderer`; `blas=False` lowers every contraction to loops (a backend without sgemm).
+    Attention is fused first (`compiler/attention.py`), so its scores never get a buffer."""
+    fuse_attention(graph)
     plan = plan_fusion(graph)
     materialised = set(plan.materialised) | set(plan.inputs)
     dims = dims_of(graph)
@@ -80,6 +84,8 @@ def _kernel(graph: Graph, node: object, materialised: set[int], dims: list[str])
     op = node.op
     if isinstance(op, ops.Contract | ops.SumReduce | ops.MaxReduce):
         return reduce_kernel(graph, node, materialised, dims)
+    if isinstance(op, ops.FusedAttention):
+        return attention_kernel(graph, node, materialised, dims)
     if isinstance(op, ops.Gather):
         return gather_kernel(graph, node, materialised, dims)
     if isinstance(op, CustomKernel):

@@ -1,0 +1,396 @@
+"""The kernel of `ops.FusedAttention`: flash-style attention as kernel IR.
+
+Work items are (batch index, block of ROWS query rows). For each key block of KEYS
+keys, the block's keys are transposed into scratch (zero-padded, so a score row is a
+vector loop of a constant KEYS lanes), then each query row's scores are computed,
+scaled and masked, and its running maximum, running sum and output row are rescaled
+(online softmax) before the weighted values are added: the output row itself is the
+accumulator. Scratch is per thread slot, KEYS * (D + 1) + 2 * ROWS floats whatever the
+sequence length: the (L, S) scores are never stored.
+
+A causal node (`FusedAttention.causal_offset`) skips the key blocks every row of a work
+item masks, and computes its mask as a comparison of indices.
+
+Threads: SLOTS parallel slots each own their scratch and take every SLOTS-th work item
+(checked mallocs before the parallel loop, freed after).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+from luminal.dtype import DType
+from luminal.graph import Graph, Node
+from luminal.kernel import ir
+from luminal.kernel.indexing import flat_index, loop_name
+from luminal.kernel.values import ValueLowering
+from luminal.shape.expr import ONE, Expr, sym
+
+SLOTS = 64  # parallel slots (threads share them); each owns its scratch
+ROWS = 64  # query rows per work item: they share one transposed key block
+KEYS = 64  # keys per block: a score row is KEYS floats
+# multiply-adds per store in the two product loops (a store of a 512-bit row slice costs
+# about as much as the multiply-adds it follows; measured on AMD Zen 4: 1.3-1.5x faster)
+UNROLL = 8
+# work items of fewer rows (decoding) read k in place instead of packing key blocks
+PACKED_ROWS = 4
+LOG2_E = 1.0 / math.log(2.0)
+LOWEST = -3.4028234663852886e38  # below every finite float32: the max == -inf test
+F32 = DType.float32
+KEY_BLOCK, SCORE_ROW, ROW_STATS = "lm_keys", "lm_scores", "lm_stats"
+
+
+def _product(shape: Sequence[Expr]) -> Expr:
+    total = ONE
+    for d in shape:
+        total = total * d
+    return total
+
+
+def _name(index: Expr) -> str:
+    return loop_name(index.terms[0][0][0].args[0])
+
+
+def _f(op: str, *args: ir.Value) -> ir.Alu:
+    return ir.Alu(op, args, F32)
+
+
+def _c(value: float) -> ir.Const:
+    return ir.Const(value, F32)
+
+
+def _v(name: str) -> ir.Var:
+    return ir.Var(name, F32)
+
+
+def _exp_shifted(x: ir.Value, shift: ir.Value) -> ir.Alu:
+    """exp(x - shift) spelled as the softmax primitives spell it: 2^((x + shift*-1) log2 e)."""
+    return _f("exp2", _f("mul", _f("add", x, _f("mul", shift, _c(-1.0))), _c(LOG2_E)))
+
+
+class _Builder:
+    """Indices, scratch addresses and operand values of one attention kernel."""
+
+    def __init__(self, graph: Graph, node: Node, materialised: set[int]) -> None:
+        self.w = ValueLowering(graph, materialised - {node.id})
+        self.w.param(node.id)
+        self.node, self.op = node, node.op
+        self.q, self.k, self.v = node.inputs[:3]
+        self.mask = node.inputs[3] if len(node.inputs) == 4 else None
+        self.batch = tuple(node.shape[:-2])
+        self.length, self.width = node.shape[-2], node.shape[-1]
+        self.keys = self.k.view.shape[-2]
+        self.depth = self.q.view.shape[-1]
+        # keys per block: KEYS, or fewer lanes (a multiple of 16) for a shorter sequence
+        known = sym(self.keys).as_int()
+        self.block = KEYS if known is None else min(KEYS, max(16, -(-known // 16) * 16))
+        self.slot = sym(0)  # the parallel slot's index, set by attention_kernel
+        self.indices: list[Expr] = []
+        self.row0 = self.nrows = self.col0 = self.ncols = sym(0)
+
+    def index(self, name: str, extent: Expr) -> Expr:
+        return self.w.loop_var(name, extent)
+
+    def local(self, name: str, value: Expr) -> tuple[Expr, ir.Declare]:
+        """An INDEX local (read in index expressions as the returned variable)."""
+        variable = self.index(name, sym(value))
+        return variable, ir.Declare(name, ir.INDEX, ir.IndexValue(value, ir.INDEX), True)
+
+    def loop(self, name: str, extent: Expr, kind: str, body: Callable) -> ir.Loop:
+        """A loop over a fresh index; `body(index)` gives its statements."""
+        index = self.index(name, extent)
+        return ir.Loop(_name(index), extent, kind, tuple(body(index)))  # type: ignore[arg-type]
+
+    # scratch of the current slot
+    def key_at(self, d: Expr, j: Expr) -> Expr:
+        return (self.slot * self.depth + d) * self.block + j
+
+    def score_at(self, j: Expr) -> Expr:
+        return self.slot * self.block + j
+
+    def peak_at(self, i: Expr) -> Expr:
+        return self.slot * 2 * ROWS + i
+
+    def total_at(self, i: Expr) -> Expr:
+        return self.slot * 2 * ROWS + ROWS + i
+
+    # operands at the current work item
+    def out_at(self, row: Expr, e: Expr) -> Expr:
+        return flat_index([*self.indices, row, e], self.node.shape)
+
+    def query(self, row: Expr, d: Expr) -> ir.Value:
+        return self.w.edge(self.q, [*self.indices, row, sym(0), d])
+
+    def key(self, col: Expr, d: Expr) -> ir.Value:
+        return self.w.edge(self.k, [*self.indices, sym(0), col, d])
+
+    def value(self, col: Expr, e: Expr) -> ir.Value:
+        return self.w.edge(self.v, [*self.indices, sym(0), e, col])
+
+    def masked(self, score: ir.Value, row: Expr, col: Expr) -> ir.Value:
+        """The scaled score plus the additive mask (a causal one compared in place)."""
+        if self.op.causal_offset is not None:
+            hidden = (row + self.op.causal_offset).lt(col)
+            score = _f("add", score, ir.Select(hidden, _c(self.op.causal_value), _c(0.0)))
+        if self.mask is not None:
+            score = _f("add", score, self.w.edge(self.mask, [*self.indices, row, col]))
+        return score
+
+    def key_blocks(self) -> Expr:
+        """Key blocks a work item visits: causal ones stop after the last row's last
+        visible key, unless its first row sees no key at all (then it averages every
+        key, as the unfused softmax of an all-masked row does)."""
+        blocks = sym(self.keys).ceildiv(self.block)
+        offset = self.op.causal_offset
+        if offset is None:
+            return blocks
+        last = self.row0 + self.nrows - 1 + offset
+        visible = blocks.min(last // self.block + 1)
+        return visible.max((self.row0 + offset).lt(0) * blocks)
+
+
+def attention_kernel(
+    graph: Graph, node: Node, materialised: set[int], dims: Sequence[str]
+) -> ir.Kernel:
+    """The IR of one `ops.FusedAttention` node (see the module docstring)."""
+    b = _Builder(graph, node, materialised)
+    blocks = sym(b.length).ceildiv(ROWS)
+    items = _product(b.batch) * blocks
+    slots = sym(SLOTS).min(items)
+    b.slot = b.index("t0_", slots)
+    rounds = b.index("r0_", (items - b.slot).ceildiv(slots))
+    # slot t takes items t, 2 SLOTS - 1 - t, 2 SLOTS + t, ...: a thread's slots get early
+    # (short, under a causal mask) and late (long) row blocks alike
+    snake = rounds * slots + b.slot + (rounds % 2) * (slots - 1 - 2 * b.slot)
+    item, item_decl = b.local("item_", snake)
+    decls = _batch_indices(b, item, blocks)
+    b.row0, row0_decl = b.local("row0_", (item % blocks) * ROWS)
+    b.nrows, nrows_decl = b.local("nrows_", sym(ROWS).min(b.length - b.row0))
+    body = (item_decl, *decls, row0_decl, nrows_decl, _initialise(b), _key_loop(b), _finish(b))
+    work = _product(b.batch) * b.length * b.keys * b.depth
+    per_item = ir.Loop(_name(rounds), (items - b.slot).ceildiv(slots), "serial", body)
+    parallel = ir.Loop(_name(b.slot), slots, "parallel", (per_item,), work)
+    scratch = {
+        KEY_BLOCK: slots * b.block * b.depth,
+        SCORE_ROW: slots * b.block,
+        ROW_STATS: slots * 2 * ROWS,
+    }
+    allocs, released = [], []
+    for name, elements in scratch.items():
+        allocs.append(ir.Alloc(name, F32, elements, tuple(released)))
+        released.append(name)
+    frees = [ir.Free(name) for name in scratch]
+    return ir.Kernel(
+        "fused_attention",
+        b.w.kernel_params(),
+        tuple(dims),
+        (*allocs, parallel, *frees),
+        tuple(sorted({node.id, *b.w.nodes})),
+        scratch=tuple(e * F32.itemsize for e in scratch.values()),
+        reports_faults=True,
+    )
+
+
+def _batch_indices(b: _Builder, item: Expr, blocks: Expr) -> list[ir.Stmt]:
+    """The batch indices of work item `item` (row blocks innermost) into `b.indices`."""
+    decls: list[ir.Stmt] = []
+    stride = blocks
+    for axis in reversed(range(len(b.batch))):
+        index, decl = b.local(f"n{axis}_", (item // stride) % b.batch[axis])
+        b.indices.insert(0, index)
+        decls.insert(0, decl)
+        stride = stride * b.batch[axis]
+    return decls
+
+
+def _initialise(b: _Builder) -> ir.Loop:
+    """Each row of the item: max -inf, sum 0, output row 0."""
+
+    def row(i: Expr) -> list[ir.Stmt]:
+        zero = b.loop(
+            "e0_", b.width, "reduce", lambda e: [ir.Store(0, b.out_at(b.row0 + i, e), _c(0.0), F32)]
+        )
+        return [
+            ir.Store(ROW_STATS, b.peak_at(i), _c(float("-inf")), F32),
+            ir.Store(ROW_STATS, b.total_at(i), _c(0.0), F32),
+            zero,
+        ]
+
+    return b.loop("i0_", b.nrows, "serial", row)
+
+
+def _key_loop(b: _Builder) -> ir.Loop:
+    blocks = b.key_blocks()
+    block = b.index("kb_", blocks)
+    b.col0, col0_decl = b.local("col0_", block * b.block)
+    b.ncols, ncols_decl = b.local("ncols_", sym(b.block).min(b.keys - b.col0))
+
+    def transpose(j: Expr) -> list[ir.Stmt]:
+        def element(d: Expr) -> list[ir.Stmt]:
+            value = ir.Select(j.lt(b.ncols), b.key(b.col0 + j, d), _c(0.0))
+            return [ir.Store(KEY_BLOCK, b.key_at(d, j), value, F32)]
+
+        return [b.loop("d0_", b.depth, "serial", element)]
+
+    keys = ir.If(b.nrows.ge(PACKED_ROWS), (b.loop("j0_", sym(b.block), "serial", transpose),))
+    rows = b.loop("i0_", b.nrows, "serial", lambda i: _row(b, i))
+    return ir.Loop(_name(block), blocks, "serial", (col0_decl, ncols_decl, keys, rows))
+
+
+def _row(b: _Builder, i: Expr) -> list[ir.Stmt]:
+    """One query row against the current key block: scores, online softmax, values."""
+    row = b.row0 + i
+    score = lambda j: ir.Load(SCORE_ROW, b.score_at(j), F32)  # noqa: E731
+
+    def product(d: Expr) -> list[ir.Stmt]:  # UNROLL depths per store of the score row
+        unroll = _unroll(b.depth)
+        depths = [d * unroll + u for u in range(unroll)]
+
+        def lane(j: Expr) -> list[ir.Stmt]:
+            step: ir.Value = score(j)
+            for u, depth in enumerate(depths):
+                key = ir.Load(KEY_BLOCK, b.key_at(depth, j), F32)
+                step = _f("add", step, _f("mul", _v(f"qv{u}"), key))
+            return [ir.Store(SCORE_ROW, b.score_at(j), step, F32)]
+
+        queries = [ir.Declare(f"qv{u}", F32, b.query(row, x), True) for u, x in enumerate(depths)]
+        return [*queries, b.loop("j0_", sym(b.block), "reduce", lane)]
+
+    clear = b.loop(
+        "j0_", sym(b.block), "reduce", lambda j: [ir.Store(SCORE_ROW, b.score_at(j), _c(0.0), F32)]
+    )
+    j = b.index("j0_", b.ncols)
+    scaled = b.masked(_f("mul", score(j), _c(b.op.scale)), row, b.col0 + j)
+    masked = ir.Loop(
+        _name(j),
+        b.ncols,
+        "reduce",
+        (
+            ir.Declare("sv", F32, scaled, True),
+            ir.Store(SCORE_ROW, b.score_at(j), _v("sv"), F32),
+            ir.Accumulate("mb", "max", _v("sv")),
+        ),
+        reductions=(ir.Reduction("mb", "max", F32),),
+    )
+    exps = ir.Loop(
+        _name(j),
+        b.ncols,
+        "reduce",
+        (
+            ir.Declare("pv", F32, _exp_shifted(score(j), _v("msafe")), True),
+            ir.Store(SCORE_ROW, b.score_at(j), _v("pv"), F32),
+            ir.Accumulate("ps", "add", _v("pv")),
+        ),
+        reductions=(ir.Reduction("ps", "add", F32),),
+    )
+    packed = (clear, b.loop("d0_", sym(b.depth) // _unroll(b.depth), "serial", product))
+    return [
+        ir.If(b.nrows.ge(PACKED_ROWS), packed, (_direct_scores(b, row),)),
+        masked,
+        *_softmax_step(b, i),
+        exps,
+        *_rescale(b, i, row),
+        *_weighted_values(b, row),
+    ]
+
+
+def _direct_scores(b: _Builder, row: Expr) -> ir.Loop:
+    """The score row as one dot product per key, reading k in place: for work items of
+    a few rows (decoding), where packing the key block would cost more than it saves."""
+
+    def key(j: Expr) -> list[ir.Stmt]:
+        def lane(d: Expr) -> list[ir.Stmt]:
+            return [ir.Accumulate("dot", "add", _f("mul", b.query(row, d), b.key(b.col0 + j, d)))]
+
+        d = b.index("d0_", b.depth)
+        dot = ir.Loop(
+            _name(d),
+            b.depth,
+            "reduce",
+            tuple(lane(d)),
+            reductions=(ir.Reduction("dot", "add", F32),),
+        )
+        return [dot, ir.Store(SCORE_ROW, b.score_at(j), _v("dot"), F32)]
+
+    return b.loop("j0_", b.ncols, "serial", key)
+
+
+def _softmax_step(b: _Builder, i: Expr) -> list[ir.Stmt]:
+    """The new running maximum, the shift used for this block (0 while every score so far
+    is -inf, so exp gives 0 rather than NaN) and the factor rescaling what came before."""
+    new = _v("mnew")
+    safe = ir.Select(_f("lt", _c(LOWEST), new), new, _c(0.0))
+    return [
+        ir.Declare("mold", F32, ir.Load(ROW_STATS, b.peak_at(i), F32), True),
+        ir.Declare("mnew", F32, _f("max", _v("mold"), _v("mb")), True),
+        ir.Declare("msafe", F32, safe, True),
+        ir.Declare("alpha", F32, _exp_shifted(_v("mold"), _v("msafe")), True),
+    ]
+
+
+def _rescale(b: _Builder, i: Expr, row: Expr) -> list[ir.Stmt]:
+    total = _f("add", _f("mul", ir.Load(ROW_STATS, b.total_at(i), F32), _v("alpha")), _v("ps"))
+
+    def lane(e: Expr) -> list[ir.Stmt]:
+        out = b.out_at(row, e)
+        return [ir.Store(0, out, _f("mul", ir.Load(0, out, F32), _v("alpha")), F32)]
+
+    return [
+        ir.Store(ROW_STATS, b.total_at(i), total, F32),
+        ir.Store(ROW_STATS, b.peak_at(i), _v("mnew"), F32),
+        b.loop("e0_", b.width, "reduce", lane),
+    ]
+
+
+def _weighted_values(b: _Builder, row: Expr) -> list[ir.Stmt]:
+    """out[row] += sum over the block's keys of weight * v[key]: UNROLL keys per store of
+    the output row, then the rest one by one."""
+
+    def keys(first: Callable[[Expr], Expr], count: int) -> Callable[[Expr], list[ir.Stmt]]:
+        def body(j: Expr) -> list[ir.Stmt]:
+            cols = [first(j) + u for u in range(count)]
+
+            def lane(e: Expr) -> list[ir.Stmt]:
+                out = b.out_at(row, e)
+                step: ir.Value = ir.Load(0, out, F32)
+                for u, col in enumerate(cols):
+                    step = _f("add", step, _f("mul", _v(f"pj{u}"), b.value(b.col0 + col, e)))
+                return [ir.Store(0, out, step, F32)]
+
+            weights = [
+                ir.Declare(f"pj{u}", F32, ir.Load(SCORE_ROW, b.score_at(col), F32), True)
+                for u, col in enumerate(cols)
+            ]
+            return [*weights, b.loop("e0_", b.width, "reduce", lane)]
+
+        return body
+
+    groups = sym(b.ncols) // UNROLL
+    rest = b.ncols - groups * UNROLL
+    return [
+        b.loop("j0_", groups, "serial", keys(lambda j: j * UNROLL, UNROLL)),
+        b.loop("j0_", rest, "serial", keys(lambda j: groups * UNROLL + j, 1)),
+    ]
+
+
+def _unroll(depth: Expr) -> int:
+    """How many head-dim steps share one store of the score row (dividing D)."""
+    size = sym(depth).as_int()
+    return next((u for u in (UNROLL, 4, 2) if size is not None and size % u == 0), 1)
+
+
+def _finish(b: _Builder) -> ir.Loop:
+    """Divide each row by its sum (no keys at all: an empty sum, 0, as unfused)."""
+
+    def row(i: Expr) -> list[ir.Stmt]:
+        total = ir.Load(ROW_STATS, b.total_at(i), F32)
+        inverse = ir.Select(sym(b.keys).ge(1), _f("recip", total), _c(0.0))
+
+        def lane(e: Expr) -> list[ir.Stmt]:
+            out = b.out_at(b.row0 + i, e)
+            return [ir.Store(0, out, _f("mul", ir.Load(0, out, F32), _v("inv")), F32)]
+
+        return [ir.Declare("inv", F32, inverse, True), b.loop("e0_", b.width, "reduce", lane)]
+
+    return b.loop("i0_", b.nrows, "serial", row)
