@@ -71,7 +71,8 @@ SHAPES = [
     (2, 3, 3, 33, 33, 20),  # partial query block, one partial key block
     (1, 2, 2, 5, 70, 16),  # cross attention: more keys than one block
     (1, 4, 2, 17, 130, 12),  # grouped-query: 2 query heads per kv head
-    (2, 1, 1, 1, 67, 24),  # one query row (decode)
+    (2, 1, 1, 1, 67, 24),  # one query row (decode: dot products on k in place)
+    (1, 2, 1, 66, 90, 8),  # a block of 64 rows (packed keys) and one of 2 (in place)
 ]
 
 
