@@ -38,21 +38,28 @@ class LuminalRep(BackendRep):
             for i in model.graph.input
             if i.name not in {t.name for t in model.graph.initializer}
         ]
-        declared = {o.name: o.type.tensor_type.elem_type for o in model.graph.output}
-        self.output_types = {
-            name: dtypes.numpy_dtype(kind) if kind else None for name, kind in declared.items()
-        }
+        self.output_types = {o.name: _element_type(o.type) for o in model.graph.output}
+        # sequence/optional inputs: imported at the first run, with their structure
+        self.structured = [
+            i.name
+            for i in model.graph.input
+            if i.name in self.input_names and i.type.WhichOneof("value") != "tensor_type"
+        ]
         self.constant_names: list[str] = []
         self.constant_key: tuple | None = None
         self.graph: Graph | None = None
-        self._import({})
+        self.structures: dict[str, Any] = {}
+        if not self.structured:
+            self._import({})
 
     def _import(self, constants: dict[str, np.ndarray]) -> bool:
         """Import with `constants`; False (and the input remembered) when another input
         turns out to fix a shape."""
         graph = Graph()
         try:
-            self.inputs, self.outputs = load(self.model, graph, constants=constants)
+            self.inputs, self.outputs = load(
+                self.model, graph, constants=constants, structures=self.structures
+            )
         except NeedsConstantInput as error:
             wanted = [error.input_name] if error.input_name else self._integer_inputs()
             wanted = [n for n in wanted if n not in self.constant_names]
@@ -85,11 +92,13 @@ class LuminalRep(BackendRep):
         ]
 
     def _specialise(self, feeds: dict[str, Any]) -> None:
-        if not self.constant_names:
+        if not self.constant_names and not self.structured:
             return
+        self.structures = {n: _structure(feeds[n]) for n in self.structured}
         while True:
             constants = {n: np.asarray(feeds[n]) for n in self.constant_names}
             key = tuple((n, a.dtype.str, a.shape, a.tobytes()) for n, a in constants.items())
+            key = (*key, repr(self.structures))
             if key == self.constant_key and self.graph is not None:
                 return
             if self._import(constants):
@@ -100,16 +109,13 @@ class LuminalRep(BackendRep):
         feeds = self._feeds(inputs)
         self._specialise(feeds)
         assert self.graph is not None
-        for name, array in feeds.items():
+        for name, value in feeds.items():
             if name in self.inputs:
-                self.inputs[name].set(dtypes.to_luminal_array(np.asarray(array), f"input {name!r}"))
+                _set(self.inputs[name], value, name)
         self.graph.execute()
-        results = []
-        for name, tensor in self.outputs.items():
-            value = tensor.numpy()
-            wanted = self.output_types.get(name)
-            results.append(_cast_out(value, wanted) if wanted is not None else value)
-        return tuple(results)
+        return tuple(
+            _result(tensor, self.output_types.get(name)) for name, tensor in self.outputs.items()
+        )
 
     def _feeds(self, inputs: Any) -> dict[str, Any]:
         names = self.input_names
@@ -123,6 +129,46 @@ class LuminalRep(BackendRep):
                 f"run: the model takes {len(names)} inputs {names}, got {len(inputs)}"
             )
         return dict(zip(names, inputs, strict=True))
+
+
+def _element_type(kind: onnx.TypeProto) -> np.dtype | None:
+    """The numpy type of a tensor, or of a sequence's or optional's tensors."""
+    which = kind.WhichOneof("value")
+    if which == "sequence_type":
+        return _element_type(kind.sequence_type.elem_type)
+    if which == "optional_type":
+        return _element_type(kind.optional_type.elem_type)
+    elem = kind.tensor_type.elem_type if which == "tensor_type" else 0
+    return dtypes.numpy_dtype(elem) if elem else None
+
+
+def _structure(value: Any) -> Any:
+    """What load(structures=) needs of a fed value: None, a list, or a shape."""
+    if value is None:
+        return None
+    if isinstance(value, list | tuple):
+        return [_structure(v) for v in value]
+    return tuple(np.shape(value))
+
+
+def _set(target: Any, value: Any, name: str) -> None:
+    """Feed a graph input, or the element inputs of a sequence."""
+    if target is None:
+        return
+    if isinstance(target, list):
+        for i, (t, v) in enumerate(zip(target, value, strict=True)):
+            _set(t, v, f"{name}[{i}]")
+        return
+    target.set(dtypes.to_luminal_array(np.asarray(value), f"input {name!r}"))
+
+
+def _result(tensor: Any, wanted: np.dtype | None) -> Any:
+    if tensor is None:
+        return None
+    if isinstance(tensor, list):
+        return [_result(t, wanted) for t in tensor]
+    value = tensor.numpy()
+    return _cast_out(value, wanted) if wanted is not None else value
 
 
 def _cast_out(value: np.ndarray, dtype: np.dtype) -> np.ndarray:

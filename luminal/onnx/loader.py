@@ -88,19 +88,27 @@ def has_rule(op_type: str, domain: str, opset: int) -> bool:
 
 
 def load(
-    model: Any, cx: Graph, *, constants: dict[str, Any] | None = None
-) -> tuple[dict[str, GraphTensor], dict[str, GraphTensor]]:
+    model: Any,
+    cx: Graph,
+    *,
+    constants: dict[str, Any] | None = None,
+    structures: dict[str, Any] | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """Import `model` (a path, bytes or ModelProto) into `cx`: (inputs, outputs), dicts
     of name -> GraphTensor in the model's order. Inputs take data with `.set()`; outputs
     are retrieved. Initializers become weights (inputs holding data) when an op needs
     them in the graph. `constants` fixes the value of graph inputs that determine shapes
-    (a Reshape's target, a Reduce's axes); they are then not graph inputs. Nothing is
+    (a Reshape's target, a Reduce's axes); they are then not graph inputs.
+    `structures` describes graph inputs of sequence or optional type: a list of element
+    shapes for a sequence (each element becomes a graph input, and `inputs[name]` a
+    list), a shape for an optional holding a tensor, None for an empty optional.
+    Sequence outputs come back as lists, an empty optional output as None. Nothing is
     added to `cx` if the import fails."""
     proto, base_dir = read_model(model)
     opsets = model_opsets(proto)
     local = {(f.domain or "", f.name): f for f in proto.functions}
     check_supported(proto.graph, opsets, local)
-    importer = Importer(cx, opsets, base_dir, local, constants)
+    importer = Importer(cx, opsets, base_dir, local, constants, structures)
     with cx.atomic():
         return importer.import_graph(proto.graph)
 
@@ -115,8 +123,11 @@ class Importer:
         base_dir: str | None,
         local: dict | None = None,
         constants: dict[str, Any] | None = None,
+        structures: dict[str, Any] | None = None,
     ) -> None:
         self.cx = cx
+        self.structures = structures or {}
+        self._param_sizes: dict[str, set[int]] = {}  # named dims of structured inputs
         self.opsets = opsets
         self.base_dir = base_dir
         self.local = local or {}
@@ -128,9 +139,7 @@ class Importer:
         self.elem_types: dict[str, int] = {}
 
     # ---------------------------------------------------------------- graph
-    def import_graph(
-        self, graph: onnx.GraphProto
-    ) -> tuple[dict[str, GraphTensor], dict[str, GraphTensor]]:
+    def import_graph(self, graph: onnx.GraphProto) -> tuple[dict[str, Any], dict[str, Any]]:
         env: dict[str, Value] = {}
         for info in [*graph.input, *graph.value_info, *graph.output]:
             if info.type.WhichOneof("value") == "tensor_type" and info.type.tensor_type.elem_type:
@@ -140,23 +149,72 @@ class Importer:
             env[init.name] = self._initializer(init)
         for sparse in graph.sparse_initializer:
             raise OnnxImportError(f"sparse initializer {sparse.values.name!r} is not supported")
-        inputs: dict[str, GraphTensor] = {}
+        inputs: dict[str, Any] = {}
+        for info in graph.input:
+            if info.name in self.structures:
+                _collect_sizes(info.type, self.structures[info.name], self._param_sizes)
         for info in graph.input:
             if info.name in env:
                 continue
             if info.name in self.constants:
                 env[info.name] = self.constants[info.name]
                 continue
-            inputs[info.name] = self._input(info)
+            if info.type.WhichOneof("value") == "tensor_type":
+                inputs[info.name] = self._input(info)
+                self.graph_inputs[id(inputs[info.name])] = info.name
+            else:
+                inputs[info.name] = self._structured(info.type, info.name)
             env[info.name] = inputs[info.name]
-            self.graph_inputs[id(inputs[info.name])] = info.name
         self.run_nodes(graph.node, env, self.opsets)
-        outputs: dict[str, GraphTensor] = {}
+        outputs: dict[str, Any] = {}
         for info in graph.output:
-            if info.name not in env or env[info.name] is None:
+            optional = info.type.WhichOneof("value") == "optional_type"
+            if info.name not in env or (env[info.name] is None and not optional):
                 raise OnnxImportError(f"graph output {info.name!r} is produced by no node")
-            outputs[info.name] = self.as_tensor(env[info.name], info.name).retrieve()
+            outputs[info.name] = self._output(env[info.name], info.name)
         return inputs, outputs
+
+    def _output(self, value: Value, name: str) -> Any:
+        """A retrieved tensor, a list of them (a sequence) or None (an empty optional)."""
+        if value is None:
+            return None
+        if isinstance(value, list):
+            return [self._output(v, f"{name}[{i}]") for i, v in enumerate(value)]
+        return self.as_tensor(value, name).retrieve()
+
+    def _structured(self, kind: onnx.TypeProto, name: str) -> Any:
+        """A sequence or optional graph input, built from `structures[name]`."""
+        if name not in self.structures:
+            raise UnsupportedOpError(
+                f"graph input {name!r} is a {kind.WhichOneof('value')}: pass its structure "
+                "with load(..., structures={name: [shapes]}) (the backend does this)"
+            )
+        return self._element(kind, name, self.structures[name])
+
+    def _element(self, kind: onnx.TypeProto, name: str, structure: Any) -> Any:
+        which = kind.WhichOneof("value")
+        if which == "optional_type":
+            return (
+                None
+                if structure is None
+                else self._element(kind.optional_type.elem_type, name, structure)
+            )
+        if which == "sequence_type":
+            inner = kind.sequence_type.elem_type
+            return [self._element(inner, f"{name}[{i}]", s) for i, s in enumerate(structure)]
+        if which != "tensor_type":
+            raise UnsupportedOpError(f"graph input {name!r} holds a {which}")
+        dtype = dtypes.luminal_dtype(kind.tensor_type.elem_type)
+        declared = list(kind.tensor_type.shape.dim) if kind.tensor_type.HasField("shape") else []
+        dims: list[Any] = [int(d) for d in structure]
+        if len(declared) == len(dims):  # a named dim with one size stays symbolic
+            dims = [
+                d.dim_param if len(self._param_sizes.get(d.dim_param, ())) == 1 else size
+                for d, size in zip(declared, dims, strict=True)
+            ]
+        tensor = self.cx.tensor(tuple(dims), dtype=dtype, name=name)
+        self.graph_inputs[id(tensor)] = name
+        return tensor
 
     def _initializer(self, init: onnx.TensorProto) -> np.ndarray:
         if not dtypes.is_supported(init.data_type):
@@ -287,3 +345,22 @@ class Importer:
         if key not in self.lifted:
             self.lifted[key] = (value, lift_array(self.cx, value, name))
         return self.lifted[key][1]
+
+
+def _collect_sizes(kind: onnx.TypeProto, structure: Any, sizes: dict[str, set[int]]) -> None:
+    """The sizes every named dim of a sequence/optional input takes in `structure`: a
+    name seen with two sizes (elements of different lengths) stays a fixed size."""
+    which = kind.WhichOneof("value")
+    if structure is None:
+        return
+    if which == "optional_type":
+        _collect_sizes(kind.optional_type.elem_type, structure, sizes)
+    elif which == "sequence_type":
+        for item in structure:
+            _collect_sizes(kind.sequence_type.elem_type, item, sizes)
+    elif which == "tensor_type" and kind.tensor_type.HasField("shape"):
+        dims = kind.tensor_type.shape.dim
+        if len(dims) == len(structure):
+            for d, size in zip(dims, structure, strict=True):
+                if d.dim_param:
+                    sizes.setdefault(d.dim_param, set()).add(int(size))

@@ -85,38 +85,11 @@ EXCLUDED: dict[str, list[str]] = {
         "test_training_dropout_mask",
     ],
     (
-        "sequence values, and graph inputs of optional type (an empty one is fed as None): "
-        "luminal graphs hold tensors only"
+        "the harness cannot compare this output: Runner.assert_similar_outputs recurses "
+        "into a sequence and calls len() on its 0-d first element (TypeError); luminal's "
+        "sequence equals the expected one element by element"
     ): [
-        "test_identity_opt",
-        "test_identity_sequence",
-        "test_if_opt",
-        "test_if_seq",
-        "test_loop13_seq",
         "test_loop16_seq_none",
-        "test_optional_get_element_optional_sequence",
-        "test_optional_get_element_optional_tensor",
-        "test_optional_get_element_sequence",
-        "test_optional_has_element_empty_optional_input",
-        "test_optional_has_element_optional_input",
-        "test_optional_has_element_tensor_input",
-        "test_sequence_insert_at_back",
-        "test_sequence_insert_at_front",
-        "test_sequence_map_add_1_sequence_1_tensor",
-        "test_sequence_map_add_1_sequence_1_tensor_expanded",
-        "test_sequence_map_add_2_sequences",
-        "test_sequence_map_add_2_sequences_expanded",
-        "test_sequence_map_extract_shapes",
-        "test_sequence_map_extract_shapes_expanded",
-        "test_sequence_map_identity_1_sequence",
-        "test_sequence_map_identity_1_sequence_1_tensor",
-        "test_sequence_map_identity_1_sequence_1_tensor_expanded",
-        "test_sequence_map_identity_1_sequence_expanded",
-        "test_sequence_map_identity_2_sequences",
-        "test_sequence_map_identity_2_sequences_expanded",
-        "test_split_to_sequence_1",
-        "test_split_to_sequence_2",
-        "test_split_to_sequence_nokeepdims",
     ],
     (
         "inverse DFT: the expected output carries the reference FFT's rounding noise "

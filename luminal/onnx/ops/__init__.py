@@ -23,6 +23,7 @@ from luminal.onnx.ops import (
     reductions,
     resize,
     sampling,
+    sequence,
     shape_ops,
     signal,
     text,
@@ -50,6 +51,7 @@ RULES: dict[str, Rule] = {
     **pool_index.RULES,
     **bitcast.RULES,
     **quantize.RULES,
+    **sequence.RULES,
 }
 
 DOMAIN_RULES: dict[tuple[str, str], Rule] = {

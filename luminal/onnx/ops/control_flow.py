@@ -40,8 +40,11 @@ def _if(ctx: NodeContext) -> list[Value]:
         return ctx.run_subgraph(branch, {})
     taken = ctx.run_subgraph(then_branch, {})
     other = ctx.run_subgraph(else_branch, {})
-    if any(_shape(a) != _shape(b) for a, b in zip(taken, other, strict=True)):
-        ctx.static(0, "cond")  # branches of different shapes: the condition must be known
+    pairs = list(zip(taken, other, strict=True))
+    if any(isinstance(v, list) or v is None for pair in pairs for v in pair) or any(
+        _shape(a) != _shape(b) for a, b in pairs
+    ):  # sequences, optionals or different shapes: the condition must be known
+        ctx.static(0, "cond")
     condition = ctx.tensor(0).reshape(())
     results = []
     for index, (a, b) in enumerate(zip(taken, other, strict=True)):

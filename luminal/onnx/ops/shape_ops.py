@@ -427,8 +427,8 @@ def _cumprod(ctx: NodeContext) -> GraphTensor:
     return reverse(total, axis) if backward else total
 
 
-def _identity(ctx: NodeContext) -> Any:
-    return ctx.inputs[0]
+def _identity(ctx: NodeContext) -> list[Any]:
+    return [ctx.inputs[0]]  # a list: the value may be a sequence
 
 
 def _dropout(ctx: NodeContext) -> list[Any]:
