@@ -468,6 +468,7 @@ class DecoderSession:
         self.past, self.batch = 0, batch
         self.buffers: list[tuple[np.ndarray, np.ndarray]] = []
         self._reserve(0)
+        self.graph.set_dim("past", 0)
         self.history = np.zeros((batch, 0), np.int32)
 
     def _reserve(self, positions: int) -> None:
@@ -517,6 +518,7 @@ class DecoderSession:
             for buffer, new in zip(buffers, rows, strict=True):
                 buffer[:, :, self.past : end] = _value(new)
         self.past = end
+        self.graph.set_dim("past", end)  # cache_in now reads every position held
         self.history = np.concatenate([self.history, ids], axis=1)
         return logits
 
