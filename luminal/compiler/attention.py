@@ -16,12 +16,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from luminal import ops
-from luminal.dtype import DType
+from luminal.dtype import DType, float32
 from luminal.graph import Edge, Graph, Node
 from luminal.shape.expr import Expr, var
 from luminal.shape.tracker import ShapeTracker
+
+if TYPE_CHECKING:
+    from luminal.tensor import GraphTensor
 
 LOG2_E = 1.0 / math.log(2.0)
 # below these key lengths (when known at compile time) the unfused sgemm path was as fast
@@ -347,6 +351,44 @@ def _apply(
             readers.get(edge.source, set()).discard(node_id)
         graph.remove(node_id)
         readers.pop(node_id, None)
+
+
+def causal_mask_tensor(
+    graph: Graph, offset: Expr, value: float, length: Expr, keys: Expr
+) -> GraphTensor:
+    """The (L, S) mask a causal node holds as data, as the iota `causal_mask` builds."""
+    z = var("z")
+    hidden = (z // keys + offset).lt(z % keys)
+    return graph.iota(hidden, (length, keys)).cast(float32) * value
+
+
+def unfuse_attention(graph: Graph) -> int:
+    """Replace every `ops.FusedAttention` by the products and softmax it stands for (for a
+    lowering without a kernel for it, such as the GPU's); returns how many."""
+    from luminal.tensor import GraphTensor
+
+    count = 0
+    for node in [n for n in graph.nodes.values() if isinstance(n.op, ops.FusedAttention)]:
+        q, k, v = node.inputs[:3]
+        rows = len(node.shape) - 2
+        logical = tuple(q.view.shape)
+        product = graph.insert(ops.Contract(rows + 2), (q, k), logical[:-1], DType.float32)
+        scores = GraphTensor(graph, product, ShapeTracker.contiguous(logical[:-1]), DType.float32)
+        scores = scores * node.op.scale
+        if node.op.causal_offset is not None:
+            causal = causal_mask_tensor(
+                graph, node.op.causal_offset, node.op.causal_value, logical[rows], logical[rows + 1]
+            )
+            scores = scores + causal
+        if len(node.inputs) == 4:
+            mask = node.inputs[3]
+            scores = scores + GraphTensor(graph, mask.source, mask.view, DType.float32)
+        weights = scores.softmax(-1).expand_dim(rows + 1, node.shape[-1])
+        spread = Edge(weights._node_id, 0, weights.view)
+        out = graph.insert(ops.Contract(rows + 2), (spread, v), node.shape, DType.float32)
+        graph.replace(node.id, out)
+        count += 1
+    return count
 
 
 class FuseAttention:

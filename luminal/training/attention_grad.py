@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from luminal.dtype import float32
-from luminal.shape.expr import Expr, var
+from luminal.compiler.attention import causal_mask_tensor
 
 if TYPE_CHECKING:
     from luminal.tensor import GraphTensor
@@ -26,7 +25,11 @@ def fused_attention(ctx: VJPContext) -> Grads:
     keys, depth, width = q.shape[rows + 1], q.shape[rows + 2], v.shape[rows + 1]
     scores = (q * k).sum(rows + 2) * scale
     if ctx.node.op.causal_offset is not None:
-        scores = scores + _causal_mask(ctx, q.shape[rows], keys)
+        op = ctx.node.op
+        causal = causal_mask_tensor(
+            ctx.graph, op.causal_offset, op.causal_value, q.shape[rows], keys
+        )
+        scores = scores + causal
     if masked:
         scores = scores + ctx.input(3)
     weights = scores.softmax(-1)  # (*batch, L, S)
@@ -39,11 +42,3 @@ def fused_attention(ctx: VJPContext) -> Grads:
     dq = spread * k if ctx.wants(0) else None
     dk = spread * q if ctx.wants(1) else None
     return (dq, dk, dv, dscores) if masked else (dq, dk, dv)
-
-
-def _causal_mask(ctx: VJPContext, length: Expr, keys: Expr) -> GraphTensor:
-    """The (L, S) causal mask the node holds as data, as an iota (as `causal_mask`)."""
-    op = ctx.node.op
-    z = var("z")
-    hidden = (z // keys + op.causal_offset).lt(z % keys)
-    return ctx.graph.iota(hidden, (length, keys)).cast(float32) * op.causal_value

@@ -293,3 +293,32 @@ def test_short_static_sequences_stay_unfused(monkeypatch) -> None:  # noqa: ANN0
     scaled_dot_product_attention(q, k, v).retrieve()
     cx.compile(lm.CPUCompiler())
     assert fused_nodes(cx) == [False]
+
+
+def test_unfuse_gives_back_an_equal_graph() -> None:
+    """`unfuse_attention` (for lowerings without a kernel for the op, e.g. the GPU's)
+    rewrites causal and masked FusedAttention nodes into products and a softmax that the
+    reference runtime runs to the same values."""
+    rng = np.random.default_rng(17)
+    arrays = qkv(rng, 2, 4, 2, 9, 9, 8)
+    keep = np.ones((2, 1, 1, 9), np.bool_)
+    keep[1, ..., 6:] = False
+    cx = lm.Graph()
+    q, k, v = (cx.tensor(a.shape).set(a) for a in arrays)
+    other = cx.tensor(arrays[0].shape).set(arrays[0][:, ::-1].copy())  # scores of its own
+    mask = cx.tensor(keep.shape, dtype=lm.bool).set(keep)
+    causal = scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True).retrieve()
+    padded = scaled_dot_product_attention(other, k, v, attn_mask=mask, enable_gqa=True)
+    padded.retrieve()
+    cx.compile(lm.CPUCompiler())
+    assert sorted(fused_nodes(cx)) == [False, True]
+    cx.execute()
+    fused = causal.numpy(), padded.numpy()
+    assert attention_pass.unfuse_attention(cx) == 2
+    assert fused_nodes(cx) == []
+    from luminal.reference.executor import execute
+
+    cx.compiled = None
+    execute(cx)
+    for before, after in zip(fused, (causal.numpy(), padded.numpy()), strict=True):
+        np.testing.assert_allclose(after, before, rtol=RTOL, atol=ATOL)
