@@ -114,9 +114,9 @@ def source_identity() -> str:
 
 
 def program_key(structure_bytes: bytes, options: tuple) -> str:
-    """The entry's name: structure, options, backend, versions, toolchain, BLAS."""
+    """The entry's name: structure, options, backend, versions, toolchain, BLAS (the
+    static lowering reads thread counts at run time, so they are not part of it)."""
     flags = toolchain.blas_flags()
-    threads = toolchain.get_num_threads().openmp
     digest = hashlib.sha256()
     for part in (
         f"luminal-program {FORMAT} cpu",
@@ -124,7 +124,6 @@ def program_key(structure_bytes: bytes, options: tuple) -> str:
         source_identity(),
         toolchain.build_id(),
         "\0".join((*flags.cflags, *flags.ldflags)),
-        f"threads={threads}",
         repr(options),
     ):
         digest.update(part.encode() + b"\0")
