@@ -40,6 +40,7 @@ NARROW_FLOATS = {
     TensorProto.FLOAT8E5M2: ml_dtypes.float8_e5m2,
     TensorProto.FLOAT8E5M2FNUZ: ml_dtypes.float8_e5m2fnuz,
     TensorProto.FLOAT4E2M1: ml_dtypes.float4_e2m1fn,
+    TensorProto.FLOAT8E8M0: ml_dtypes.float8_e8m0fnu,
 }
 NARROW_INTEGERS = {
     TensorProto.UINT4: ml_dtypes.uint4,
@@ -79,7 +80,7 @@ def luminal_dtype(elem_type: int) -> DType:
         return bool_
     raise DTypeError(
         f"ONNX element type {type_name(elem_type)} has no luminal equivalent; supported: "
-        "float32/64, float16, bfloat16, float8 (e4m3fn/fnuz, e5m2/fnuz), float4e2m1, "
+        "float32/64, float16, bfloat16, float8 (e4m3fn/fnuz, e5m2/fnuz, e8m0), float4e2m1, "
         "(u)int2/4/8/16/32/64 and bool (see docs/onnx.md)"
     )
 

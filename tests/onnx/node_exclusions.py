@@ -17,15 +17,6 @@ EXCLUDED: dict[str, list[str]] = {
         "test_bitcast_uint32_to_int32",
     ],
     (
-        "FLOAT8E8M0 (exponent-only scales with their own rounding modes): not mapped onto "
-        "a luminal dtype (see docs/onnx.md)"
-    ): [
-        "test_cast_e8m0_FLOAT16_to_FLOAT8E8M0",
-        "test_cast_e8m0_FLOAT8E8M0_to_FLOAT",
-        "test_cast_e8m0_FLOAT8E8M0_to_FLOAT16",
-        "test_cast_e8m0_FLOAT_to_FLOAT8E8M0",
-    ],
-    (
         "data-dependent output shape (the size depends on values, not shapes), which a "
         "luminal graph cannot express"
     ): [
@@ -65,9 +56,6 @@ EXCLUDED: dict[str, list[str]] = {
         "test_image_decoder_decode_pnm_rgb",
         "test_image_decoder_decode_tiff_rgb",
         "test_image_decoder_decode_webp_rgb",
-    ],
-    ("not imported yet: Einsum"): [
-        "test_einsum_batch_diagonal",
     ],
     (
         "random number generation (Bernoulli, RandomUniformLike, training-mode Dropout): "

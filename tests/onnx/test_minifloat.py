@@ -67,3 +67,31 @@ def test_cast_rounds_like_ml_dtypes(to: int, saturate: int, compiled: bool) -> N
     nan = np.isnan(want)
     np.testing.assert_array_equal(np.isnan(got), nan)
     np.testing.assert_array_equal(got[~nan], want[~nan])
+
+
+@pytest.mark.parametrize("mode", ["up", "down", "nearest"])
+@pytest.mark.parametrize("saturate", [1, 0])
+def test_cast_e8m0_rounding_modes(mode: str, saturate: int) -> None:
+    from onnx.numpy_helper import to_float8e8m0
+
+    rng = np.random.default_rng(18)
+    x = np.concatenate(
+        [
+            np.ldexp(np.float32(1), np.arange(-127, 128)).astype(np.float32),  # exact
+            (rng.uniform(1, 2, 64) * np.ldexp(1.0, rng.integers(-130, 128, 64))).astype(np.float32),
+            np.array([1.5, 1.75, 1.25, 3.0, 3.4e38, -6.0, 0.0, 1e-45, np.inf, np.nan], np.float32),
+        ]
+    )
+    node = helper.make_node(
+        "Cast", ["x"], ["y"], to=TensorProto.FLOAT8E8M0, saturate=saturate, round_mode=mode
+    )
+    graph = helper.make_graph(
+        [node],
+        "e8m0",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [x.size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT8E8M0, [x.size])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 25)])
+    ours = LuminalBackend.prepare(model).run([x])[0]
+    want = to_float8e8m0(x, bool(saturate), mode)
+    np.testing.assert_array_equal(ours.view(np.uint8), want.view(np.uint8))

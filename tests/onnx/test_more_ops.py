@@ -164,3 +164,23 @@ def test_bitcast_float_int_every_class(compiled: bool) -> None:
     np.testing.assert_array_equal(to_int.run([floats])[0], floats.view(np.int32))
     to_float = LuminalBackend.prepare(_bitcast_model(6, 1, bits.size), compiler=compiler)
     np.testing.assert_array_equal(to_float.run([bits])[0].view(np.int32), bits)
+
+
+@pytest.mark.parametrize(
+    ("equation", "shapes"),
+    [
+        ("ii->i", [(4, 4)]),
+        ("ii", [(3, 3)]),
+        ("...ii->...i", [(2, 3, 3)]),
+        ("iji->j", [(3, 5, 3)]),
+        ("ij,jj->i", [(2, 4), (4, 4)]),
+        ("iii->i", [(3, 3, 3)]),
+    ],
+)
+def test_einsum_diagonals(equation: str, shapes: list) -> None:
+    rng = np.random.default_rng(17)
+    feeds = {f"x{i}": rng.standard_normal(s).astype(np.float32) for i, s in enumerate(shapes)}
+    node = helper.make_node("Einsum", list(feeds), ["Y"], equation=equation)
+    model = _model(node, feeds, 1, 12)
+    ours = LuminalBackend.prepare(model).run(feeds)[0]
+    np.testing.assert_allclose(ours, np.einsum(equation, *feeds.values()), rtol=1e-5, atol=1e-6)

@@ -7,13 +7,14 @@ from collections.abc import Callable
 from functools import reduce
 
 import numpy as np
+from onnx import TensorProto
 
 from luminal.dtype import DType, bool_, float32, int32
 from luminal.hl.binary import not_nan
 from luminal.onnx import dtypes
 from luminal.onnx.context import NodeContext
 from luminal.onnx.ops.common import as_float, floor, round_half_even, select
-from luminal.onnx.ops.minifloat import round_to
+from luminal.onnx.ops.minifloat import round_to, to_e8m0
 from luminal.tensor import GraphTensor
 
 Rule = Callable[[NodeContext], object]
@@ -168,7 +169,8 @@ def clip(ctx: NodeContext) -> GraphTensor:
 
 
 def cast(ctx: NodeContext) -> GraphTensor:
-    return cast_to(ctx.tensor(0), ctx.attr("to"), bool(ctx.attr("saturate", 1)))
+    saturate, mode = bool(ctx.attr("saturate", 1)), ctx.attr("round_mode", "up")
+    return cast_to(ctx.tensor(0), ctx.attr("to"), saturate, mode)
 
 
 # narrow integer types: (bits, signed); they wrap as numpy's astype does
@@ -176,9 +178,13 @@ _WRAP = {2: (8, False), 3: (8, True), 4: (16, False), 5: (16, True)}
 _WRAP.update({21: (4, False), 22: (4, True), 25: (2, False), 26: (2, True)})
 
 
-def cast_to(x: GraphTensor, elem_type: int, saturate: bool = True) -> GraphTensor:
+def cast_to(
+    x: GraphTensor, elem_type: int, saturate: bool = True, round_mode: str = "up"
+) -> GraphTensor:
     """ONNX Cast: float -> int truncates (as luminal); -> bool is x != 0; narrow integer
     types wrap as numpy's astype does; float8/float4 round onto their grid."""
+    if elem_type == TensorProto.FLOAT8E8M0:
+        return to_e8m0(x, saturate, round_mode)
     if elem_type in dtypes.NARROW_FLOATS:
         return round_to(x, elem_type, saturate)
     target = dtypes.luminal_dtype(elem_type)

@@ -50,8 +50,9 @@ def _gemm(ctx: NodeContext) -> GraphTensor:
 
 
 def _einsum(ctx: NodeContext) -> GraphTensor:
-    """Any einsum without repeated letters in one operand: operands are laid out over
-    all letters, multiplied with broadcasting and summed over the letters that leave."""
+    """Any einsum: a letter repeated in one operand takes that operand's diagonal first;
+    operands are then laid out over all letters, multiplied with broadcasting and
+    summed over the letters that leave."""
     equation = ctx.attr("equation").replace(" ", "")
     operands = ctx.tensors()
     inputs_text, _, output = equation.partition("->")
@@ -68,9 +69,10 @@ def _einsum(ctx: NodeContext) -> GraphTensor:
             for t, x in zip(inputs_text.split(","), operands, strict=True)
         ]
         output = _expand_ellipsis(output, max(widths, default=0) + len(output.replace("...", "")))
-    for term in terms:
-        if len(set(term)) != len(term):
-            raise ctx.unsupported(f"a repeated index in one operand ({equation!r})")
+    for k, (term, x) in enumerate(zip(terms, operands, strict=True)):
+        while len(set(term)) != len(term):  # a repeated letter: its diagonal
+            term, x = _diagonal(term, x)
+        terms[k], operands[k] = term, x
     letters = list(dict.fromkeys(output + "".join(terms)))
     sizes: dict[str, Any] = {}
     for term, x in zip(terms, operands, strict=True):
@@ -84,6 +86,19 @@ def _einsum(ctx: NodeContext) -> GraphTensor:
     summed = tuple(i for i, c in enumerate(letters) if c not in output)
     result = product.sum(summed) if summed else product
     return result.cast(operands[0].dtype)
+
+
+def _diagonal(term: str, x: GraphTensor) -> tuple[str, GraphTensor]:
+    """The first repeated letter's two axes replaced by their diagonal (a row gather of
+    every (n + 1)-th row), the letter moved to the front."""
+    letter = next(c for c in term if term.count(c) > 1)
+    p = term.index(letter)
+    q = term.index(letter, p + 1)
+    n = x.view.shape[p]
+    rest = [d for d in range(x.ndim) if d not in (p, q)]
+    rows = x.permute((p, q, *rest)).reshape((n * n, *(x.view.shape[d] for d in rest)))
+    diagonal = rows.gather(x.graph.iota(var("z") * (n + 1), (n,)))
+    return letter + "".join(term[d] for d in rest), diagonal
 
 
 def _expand_ellipsis(term: str, rank: int) -> str:

@@ -10,14 +10,13 @@ value the result saturates (saturate=1) or becomes inf/NaN as the type has them.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-import numpy as np
 from onnx import TensorProto
 
 from luminal.dtype import float32, int32
-from luminal.onnx.ops.common import floor, round_half_even, select
+from luminal.onnx.ops.common import round_half_even, select
+from luminal.onnx.ops.floatbits import MANTISSA, exponent_of, float_bits, power, powers
 from luminal.tensor import GraphTensor
 
 
@@ -37,15 +36,6 @@ FORMATS = {
     TensorProto.FLOAT8E5M2FNUZ: Format(2, -15, 57344.0, False, True),
     TensorProto.FLOAT4E2M1: Format(1, 0, 6.0, False, False),
 }
-# 2^k for k = -30 .. 20, enough for every format's spacing
-LOW = -30
-POWERS = np.ldexp(np.float32(1), np.arange(LOW, 21)).astype(np.float32)
-
-
-def _power(table: GraphTensor, exponent: GraphTensor) -> GraphTensor:
-    """2^exponent exactly, from the table of POWERS."""
-    index = exponent.maximum(table.graph.constant(LOW, int32)) - LOW
-    return table.gather(index.minimum(table.graph.constant(len(POWERS) - 1, int32)))
 
 
 def round_to(x: GraphTensor, elem_type: int, saturate: bool) -> GraphTensor:
@@ -53,14 +43,9 @@ def round_to(x: GraphTensor, elem_type: int, saturate: bool) -> GraphTensor:
     fmt = FORMATS[elem_type]
     x = x.cast(float32)
     a = x.abs().minimum(2.0 * fmt.largest)  # inf: past the largest, still finite
-    top = int(math.floor(math.log2(fmt.largest)))
-    guess = floor(a.maximum(2.0**fmt.min_exponent).minimum(2.0 ** (top + 1)).log2())
-    table = x.graph.tensor(POWERS.shape, dtype=float32, name="minifloat_powers").set(POWERS)
-    e = guess.cast(int32)
-    e = e - _power(table, e).gt(a).cast(int32)  # log2 may be off by one at powers of two
-    e = e + (_power(table, e) * 2.0).le(a).cast(int32)
-    e = e.maximum(x.graph.constant(fmt.min_exponent, int32))
-    spacing = _power(table, e - fmt.mantissa)
+    table = powers(x.graph)
+    e = exponent_of(table, a.maximum(2.0**fmt.min_exponent))
+    spacing = power(table, e - fmt.mantissa)
     rounded = round_half_even(a / spacing) * spacing
     big = x.graph.constant(fmt.largest, float32)
     if saturate or not fmt.has_nan:
@@ -70,3 +55,28 @@ def round_to(x: GraphTensor, elem_type: int, saturate: bool) -> GraphTensor:
         rounded = select(rounded.gt(big), overflow, rounded)
     rounded = select(x.lt(0.0), -rounded, rounded)
     return select(x.ne(x), x, rounded)  # NaN stays NaN
+
+
+def to_e8m0(x: GraphTensor, saturate: bool, mode: str) -> GraphTensor:
+    """FLOAT8E8M0 (a power of two, 2^-127 .. 2^127, or NaN) as ONNX's reference
+    computes it from the float32 bits: the exponent field, raised by one when the
+    rounding mode says so from the mantissa bits ("up": any fraction; "nearest": the
+    guard bit with round/sticky/exponent-lsb; "down": never). Without saturation a
+    raise past 2^127 gives NaN; inf and NaN give NaN."""
+    bits = float_bits(x.cast(float32))
+    field = (bits // MANTISSA) % 256
+    fraction = bits % MANTISSA
+    if mode == "up":
+        raise_ = fraction.gt(0)
+    elif mode == "nearest":
+        guard = (fraction // 2**22) % 2
+        rest = ((fraction // 2**21) % 2 + (fraction % 2**21).gt(0) + field.gt(0)).gt(0)
+        raise_ = guard.eq(1) * rest
+    else:
+        raise_ = fraction.lt(0)  # "down": never
+    raise_ = raise_ * field.lt(255)
+    if saturate:
+        raise_ = raise_ * field.lt(254)
+    field = field + raise_.cast(int32)
+    value = power(powers(x.graph), field - 127)
+    return select(field.eq(255), x.graph.constant(float("nan"), float32), value)

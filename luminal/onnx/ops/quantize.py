@@ -17,7 +17,7 @@ from luminal.dtype import float32, int32
 from luminal.onnx import dtypes
 from luminal.onnx.context import NodeContext
 from luminal.onnx.ops.common import axis_of, divide, round_half_even
-from luminal.onnx.ops.minifloat import round_to
+from luminal.onnx.ops.minifloat import FORMATS, round_to
 from luminal.onnx.ops.nn_ops import conv_node
 from luminal.tensor import GraphTensor
 
@@ -87,7 +87,7 @@ def _quantize_linear(ctx: NodeContext) -> GraphTensor:
     kind = ctx.elem_type(2) if ctx.has(2) else ctx.attr("output_dtype", 0)
     scale = _param(ctx, ctx.tensor(1), x, axis)
     zero = _param(ctx, ctx.tensor(2), x, axis) if ctx.has(2) else None
-    if kind in dtypes.NARROW_FLOATS:  # float8 zero points are 0; float4's is added
+    if kind in FORMATS:  # float8 zero points are 0; float4's is added
         y = divide(x.cast(float32), scale.cast(float32))
         if kind == TensorProto.FLOAT4E2M1 and zero is not None:
             y = y + zero.cast(float32)
@@ -98,12 +98,12 @@ def _quantize_linear(ctx: NodeContext) -> GraphTensor:
 def _dequantize_linear(ctx: NodeContext) -> GraphTensor:
     x = ctx.tensor(0)
     kind = ctx.elem_type(0)
-    if kind not in (None, TensorProto.INT32, *RANGES, *dtypes.NARROW_FLOATS):
+    if kind not in (None, TensorProto.INT32, *RANGES, *FORMATS):
         _range(ctx, kind)  # raises, naming the type
     axis = axis_of(ctx.attr("axis", 1), x.ndim)
     scale = ctx.tensor(1)
     y = x.cast(float32)
-    if ctx.has(2) and kind not in dtypes.NARROW_FLOATS:  # float8/float4: no zero point
+    if ctx.has(2) and kind not in FORMATS:  # float8/float4: no zero point
         y = y - _param(ctx, ctx.tensor(2), x, axis).cast(float32)
     y = y * _param(ctx, scale, x, axis).cast(float32)
     target = ctx.attr("output_dtype", 0)
