@@ -118,6 +118,11 @@ COMPILED_SAMPLE = [
     "test_if",
     "test_scan9_sum",
     "test_linear_attention_gated_delta",
+    "test_gridsample_bicubic",
+    "test_roialign_aligned_true",
+    "test_dft_rfft",
+    "test_qlinearconv",
+    "test_maxpool_with_argmax_2d_precomputed_pads",
 ]
 
 
