@@ -442,6 +442,8 @@ class DecoderSession:
         self.past = 0
         self.batch = 0
         self.history = np.zeros((0, 0), np.int32)
+        # per layer (keys, values), (batch, kv_heads, capacity, head_dim): cache_store's data
+        self.buffers: list[tuple[np.ndarray, np.ndarray]] = []
 
     def share_weights(self) -> None:
         """Point this session's parameters at the source model's current arrays (call
@@ -466,7 +468,7 @@ class DecoderSession:
     def reset(self, batch: int = 1) -> None:
         """Empty caches for a new sequence of `batch` rows."""
         self.past, self.batch = 0, batch
-        self.buffers: list[tuple[np.ndarray, np.ndarray]] = []
+        self.buffers = []
         self._reserve(0)
         self.graph.set_dim("past", 0)
         self.history = np.zeros((batch, 0), np.int32)
@@ -492,9 +494,10 @@ class DecoderSession:
 
     def run(self, ids: np.ndarray) -> np.ndarray:
         """Feed `ids` (batch, n) after what the caches hold; returns the logits of the last
-        position (batch, vocab) and moves the new caches to the inputs. A LongRoPE model
-        whose sequence first outgrows its original context reruns the whole sequence,
-        as transformers' Phi-3 does: the cached keys were rotated with the short factors."""
+        position (batch, vocab) and writes the new keys and values into the cache buffers
+        (growing them first when full). A LongRoPE model whose sequence first outgrows its
+        original context reruns the whole sequence, as transformers' Phi-3 does: the
+        cached keys were rotated with the short factors."""
         ids = np.asarray(ids)
         if ids.ndim != 2 or ids.shape[0] != self.batch or ids.shape[1] == 0:
             raise ShapeError(

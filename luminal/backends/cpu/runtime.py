@@ -190,7 +190,7 @@ class CompiledGraph:
         for transient in ("library", "runners"):
             state.pop(transient, None)
         state["plans"] = {}
-        for derived in ("_static_shapes", "_bucketed", "_input_checks"):
+        for derived in ("_bucketed", "_input_checks"):
             state.pop(derived, None)
         return state
 
@@ -278,7 +278,7 @@ class CompiledGraph:
         if cached is not None:
             self.plans[key] = self.plans.pop(key)  # most recently used last
             return cached
-        while len(self.plans) >= MAX_CACHED_PLANS:  # decoding visits a new size per token
+        while not exact and len(self.plans) >= MAX_CACHED_PLANS:
             self.plans.pop(next(iter(self.plans)))
         dims = {**dims, **dict(zip(self.dims, key, strict=True))}
         sizes: dict[int, int] = {}
