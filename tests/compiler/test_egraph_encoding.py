@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import Counter
 
 import egglog
+import numpy as np
 import pytest
 
 import luminal as lm
@@ -21,7 +22,7 @@ from luminal import ops
 from luminal.compiler.egraph import EGraphCompiler
 from luminal.compiler.egraph import compiler as egraph_compiler
 from luminal.compiler.egraph.extract import best_choice, decode_program
-from luminal.compiler.egraph.program import Program, program_from_region
+from luminal.compiler.egraph.program import Instruction, Program, program_from_region
 from luminal.compiler.egraph.regions import split_regions
 from luminal.compiler.passes import GenericCompiler
 from luminal.errors import CompileError
@@ -51,12 +52,15 @@ def _decoder_program() -> Program:
 
 def _literals(program: Program) -> Counter:
     """Every op with its parameters (axes, constants, dtypes) and output shape; the
-    e-graph keeps a float32 constant -1 as -1.0."""
+    e-graph holds a float constant as float32 holds it (-1 as -1.0)."""
 
-    def op_key(op: ops.Op) -> str:
-        return f"Constant({float(op.value)})" if isinstance(op, ops.Constant) else repr(op)
+    def op_key(inst: Instruction) -> str:
+        if not isinstance(inst.op, ops.Constant):
+            return repr(inst.op)
+        value = np.float32(inst.op.value) if inst.dtype.is_float else inst.op.value
+        return f"Constant({float(value)})"
 
-    return Counter((op_key(i.op), i.shape, i.dtype) for i in program.instructions)
+    return Counter((op_key(i), i.shape, i.dtype) for i in program.instructions)
 
 
 def test_shared_terms_reach_egglog_without_globals(monkeypatch):

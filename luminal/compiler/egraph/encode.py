@@ -7,6 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from luminal import ops
 from luminal.compiler.egraph.program import Instruction, Program
 from luminal.compiler.terms import Edge, EdgeList, Term, View
@@ -20,6 +22,9 @@ class Tables:
     views: list[ShapeTracker] = field(default_factory=list)
     view_ids: dict[ShapeTracker, int] = field(default_factory=dict)
     sources: list[Instruction] = field(default_factory=list)
+    # (literal, dtype) -> the value it was rounded from, so an unfolded constant decodes
+    # to the value written (0.1, not float32's 0.10000000149011612)
+    constants: dict[tuple[float, str], float] = field(default_factory=dict)
     # one term per distinct view: building an egglog term costs ~150 us of Python
     view_terms: dict[ShapeTracker, View] = field(default_factory=dict)
 
@@ -78,10 +83,20 @@ Encoder = Callable[[Instruction, list[Edge], Tables], Term]
 
 
 def _const(inst: Instruction, edges: list[Edge], tables: Tables) -> Term:
+    """A number rules may fold, as the runtime holds it: a float constant rounded to
+    float32 (16777217.0 is 16777216 there). Opaque when rules must not see it: symbolic,
+    not finite, or -0.0 (egglog and its bindings take it for 0.0, and 1 / -0.0 is -inf)."""
     value = inst.op.value
-    if isinstance(value, int | float) and math.isfinite(float(value)):
-        return Term.const(float(value), inst.dtype.value)
-    return Term.source(tables.source(inst))
+    if not isinstance(value, int | float):
+        return Term.source(tables.source(inst))
+    if inst.dtype.is_float:
+        with np.errstate(over="ignore"):
+            value = float(np.float32(value))
+    value = float(value)
+    if not math.isfinite(value) or math.copysign(1.0, value) < 0 and value == 0.0:
+        return Term.source(tables.source(inst))
+    tables.constants.setdefault((value, inst.dtype.value), float(inst.op.value))
+    return Term.const(value, inst.dtype.value)
 
 
 def _opaque(inst: Instruction, edges: list[Edge], tables: Tables) -> Term:

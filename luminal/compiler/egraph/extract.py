@@ -358,10 +358,12 @@ def _binary(op_type: type) -> Callable[[ProgramDecoder, ENode], Ref]:
 
 
 def _const(d: ProgramDecoder, n: ENode) -> Ref:
+    """The value as written when it was encoded (the e-graph holds it rounded to what
+    the runtime computes with), or the value the rules folded."""
     dtype = DType(d.literal(n.children[1]))
-    value = d.literal(n.children[0])
-    value = int(value) if not dtype.is_float else float(value)
-    return d.emit(ops.Constant(value), [], (), dtype)
+    value = float(d.literal(n.children[0]))
+    value = d.tables.constants.get((value, dtype.value), value)
+    return d.emit(ops.Constant(int(value) if not dtype.is_float else value), [], (), dtype)
 
 
 def _source(d: ProgramDecoder, n: ENode) -> Ref:

@@ -11,6 +11,9 @@ from __future__ import annotations
 from egglog import String, f64, rewrite, ruleset
 
 from luminal.compiler.terms import Edge, Term, View
+from luminal.dtype import DType
+
+FLOAT_DTYPES = tuple(d.value for d in DType if d.is_float)
 
 
 def _ident(term: Term) -> Edge:
@@ -34,10 +37,14 @@ def algebra(x: Term, y: Term, a: Edge, b: Edge, c: Edge, v: View, p: f64, q: f64
     yield rewrite(Term.add(_ident(Term.mul(a, b)), _ident(Term.mul(a, c)))).to(
         Term.mul(a, _ident(Term.add(b, c)))
     )
-    # constant folding of scalars
-    yield rewrite(Term.add(_ident(Term.const(p, dtype)), _ident(Term.const(q, dtype)))).to(
-        Term.const(p + q, dtype)
-    )
-    yield rewrite(Term.mul(_ident(Term.const(p, dtype)), _ident(Term.const(q, dtype)))).to(
-        Term.const(p * q, dtype)
-    )
+    # constant folding of float scalars: exact after rounding to the dtype (an f64 sum or
+    # product of two floats of 24 bits or fewer rounds to the same value as the dtype's
+    # own). Not int32: egglog computes in f64, where 2**31 - 1 + 1 does not wrap and
+    # products above 2**53 lose bits
+    for name in FLOAT_DTYPES:
+        yield rewrite(Term.add(_ident(Term.const(p, name)), _ident(Term.const(q, name)))).to(
+            Term.const(p + q, name)
+        )
+        yield rewrite(Term.mul(_ident(Term.const(p, name)), _ident(Term.const(q, name)))).to(
+            Term.const(p * q, name)
+        )
