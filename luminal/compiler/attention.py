@@ -28,12 +28,11 @@ if TYPE_CHECKING:
     from luminal.tensor import GraphTensor
 
 LOG2_E = 1.0 / math.log(2.0)
-# below these key lengths (when known at compile time) the unfused sgemm path was as fast
-# or faster (docs/attention.md, measured on AMD Zen 4): causal attention gains from the
-# key blocks it skips from 64 keys on, unmasked or padded attention from 256 on; a
-# symbolic length (a KV cache, a sequence dim) is always fused
-MIN_KEYS_CAUSAL = 64
-MIN_KEYS = 256
+# unmasked attention over a number of keys in this range, known at compile time, ran
+# faster unfused (two sgemms at full speed, docs/attention.md, measured on AMD Zen 4);
+# masked attention (causal, padding: the unfused softmax pays glibc's slow exp path for
+# every masked score), short or long sequences, and symbolic lengths are fused
+UNFUSED_KEYS = range(129, 2048)
 
 
 @dataclass
@@ -322,10 +321,11 @@ def _causal_offset(expr: Expr, keys: Expr) -> Expr | None:
 
 
 def worth_fusing(match: Match, causal: bool) -> bool:
-    """Whether the fused kernel beats the unfused graph at this key length (see
-    MIN_KEYS); a length only known at run time is fused."""
+    """Whether the fused kernel beats the unfused graph (see UNFUSED_KEYS); a length only
+    known at run time is fused."""
     keys = match.k.view.shape[-2].as_int()
-    return keys is None or keys >= (MIN_KEYS_CAUSAL if causal else MIN_KEYS)
+    masked = causal or match.mask is not None
+    return masked or keys is None or keys not in UNFUSED_KEYS
 
 
 def _apply(

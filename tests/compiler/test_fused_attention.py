@@ -21,10 +21,9 @@ RTOL, ATOL = 1e-4, 1e-5
 
 @pytest.fixture(autouse=True)
 def fuse_short_sequences(monkeypatch):  # noqa: ANN001, ANN201
-    """Fuse whatever the key length, so small odd shapes exercise the kernel (the pass
-    leaves short static sequences unfused: `test_short_static_sequences_stay_unfused`)."""
-    monkeypatch.setattr(attention_pass, "MIN_KEYS", 0)
-    monkeypatch.setattr(attention_pass, "MIN_KEYS_CAUSAL", 0)
+    """Fuse whatever the key length, so every shape exercises the kernel (the pass leaves
+    some unmasked static lengths unfused: `test_midsize_unmasked_attention_stays_unfused`)."""
+    monkeypatch.setattr(attention_pass, "UNFUSED_KEYS", range(0))
 
 
 def fused_nodes(cx: lm.Graph) -> list[bool]:
@@ -275,13 +274,14 @@ def test_every_layer_of_a_llama_fuses() -> None:
         np.testing.assert_allclose(logits.numpy(), ref_logits.numpy(), rtol=RTOL, atol=1e-4)
 
 
-def test_short_static_sequences_stay_unfused(monkeypatch) -> None:  # noqa: ANN001
-    """Below the measured crossover (causal: 64 keys, otherwise 256) a key length known at
-    compile time keeps the unfused graph; at the crossover, or symbolic, it is fused."""
-    monkeypatch.setattr(attention_pass, "MIN_KEYS", 256)
-    monkeypatch.setattr(attention_pass, "MIN_KEYS_CAUSAL", 64)
+def test_midsize_unmasked_attention_stays_unfused(monkeypatch) -> None:  # noqa: ANN001
+    """Unmasked attention over a static key length in UNFUSED_KEYS (where two sgemms were
+    faster) keeps the unfused graph; masked attention of that length, shorter or longer
+    sequences and a symbolic length are fused."""
+    monkeypatch.setattr(attention_pass, "UNFUSED_KEYS", range(129, 2048))
     rng = np.random.default_rng(13)
-    for keys, causal, expected in ((63, True, []), (64, True, [True]), (255, False, [])):
+    cases = ((200, False, []), (128, False, [False]), (200, True, [True]), (2048, False, [False]))
+    for keys, causal, expected in cases:
         arrays = qkv(rng, 1, 1, 1, 2, keys, 4)
 
         def build(q, k, v, causal=causal):  # noqa: ANN001, ANN202
