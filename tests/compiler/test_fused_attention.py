@@ -322,3 +322,25 @@ def test_unfuse_gives_back_an_equal_graph() -> None:
     execute(cx)
     for before, after in zip(fused, (causal.numpy(), padded.numpy()), strict=True):
         np.testing.assert_allclose(after, before, rtol=RTOL, atol=ATOL)
+
+
+def test_infinite_masks_keep_the_unfused_semantics() -> None:
+    """A float mask with -inf: a partly masked row ignores those keys (exp gives 0, not
+    NaN, while the running max is still -inf), a fully masked row is NaN and a huge finite
+    mask leaves uniform weights, exactly where the unfused graph has them."""
+    rng = np.random.default_rng(19)
+    arrays = qkv(rng, 1, 2, 2, 5, 70, 8)
+    mask = np.zeros((1, 1, 5, 70), np.float32)
+    mask[..., 0, :66] = -np.inf  # the first key block is all -inf for row 0
+    mask[..., 1, :] = -np.inf  # row 1 sees nothing
+    mask[..., 2, :] = -1e30  # row 2: every key equally (very) unlikely
+    mask[..., 3, 3] = 2.0
+
+    def build(q, k, v, m):  # noqa: ANN001, ANN202
+        return scaled_dot_product_attention(q, k, v, attn_mask=m)
+
+    out, fused = compiled(build, [*arrays, mask])
+    assert fused == [False]
+    expected = reference(build, [*arrays, mask])
+    assert np.isnan(expected[..., 1, :]).all()
+    np.testing.assert_allclose(out, expected, rtol=RTOL, atol=ATOL)  # NaN where NaN
