@@ -236,14 +236,14 @@ def _key_loop(b: _Builder) -> ir.Loop:
     b.col0, col0_decl = b.local("col0_", block * b.block)
     b.ncols, ncols_decl = b.local("ncols_", sym(b.block).min(b.keys - b.col0))
 
-    def transpose(j: Expr) -> list[ir.Stmt]:
-        def element(d: Expr) -> list[ir.Stmt]:
+    def transpose(d: Expr) -> list[ir.Stmt]:  # a row of the packed block: lanes gather keys
+        def element(j: Expr) -> list[ir.Stmt]:
             value = ir.Select(j.lt(b.ncols), b.key(b.col0 + j, d), _c(0.0))
             return [ir.Store(KEY_BLOCK, b.key_at(d, j), value, F32)]
 
-        return [b.loop("d0_", b.depth, "serial", element)]
+        return [b.loop("j0_", sym(b.block), "reduce", element)]
 
-    keys = ir.If(b.nrows.ge(PACKED_ROWS), (b.loop("j0_", sym(b.block), "serial", transpose),))
+    keys = ir.If(b.nrows.ge(PACKED_ROWS), (b.loop("d0_", b.depth, "serial", transpose),))
     rows = b.loop("i0_", b.nrows, "serial", lambda i: _row(b, i))
     return ir.Loop(_name(block), blocks, "serial", (col0_decl, ncols_decl, keys, rows))
 
