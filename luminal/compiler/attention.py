@@ -51,9 +51,8 @@ class Match:
 class _Matcher:
     """Walks up from a product with v, one expected node at a time."""
 
-    def __init__(self, graph: Graph, readers: dict[int, set[int]]) -> None:
+    def __init__(self, graph: Graph) -> None:
         self.graph = graph
-        self.readers = readers
         self.seen: list[int] = []
 
     def node(self, edge: Edge, kind: type, identity: bool = True) -> Node | None:
@@ -122,7 +121,7 @@ def match_attention(graph: Graph, product: Node, readers: dict[int, set[int]]) -
         return None
     rows = ndim - 3  # the query axis; the scores are (*batch, L, S)
     for weights_at, v_at in ((0, 1), (1, 0)):
-        m = _Matcher(graph, readers)
+        m = _Matcher(graph)
         found = _match_from(m, product, product.inputs[weights_at], product.inputs[v_at], rows)
         if found is not None and _private(graph, readers, found.replaced):
             return found
@@ -389,10 +388,3 @@ def unfuse_attention(graph: Graph) -> int:
         graph.replace(node.id, out)
         count += 1
     return count
-
-
-class FuseAttention:
-    """Compiler pass: `graph.compile(FuseAttention())` returns the number fused."""
-
-    def compile(self, graph: Graph) -> int:
-        return fuse_attention(graph)
