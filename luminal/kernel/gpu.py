@@ -12,6 +12,10 @@ nest with no parallel loop runs in one work-item, so its order is kept. The geom
 data (`Launch.global_size` in work-items per axis, `Launch.local_size`), so the OpenCL,
 CUDA and Metal runtimes launch the same thing.
 
+A site's schedule knobs (`Choice`: the work-group size, `Opt`s of
+`luminal.kernel.transforms` such as unrolling a loop of the work-item) are applied here,
+as IR and launch geometry, never as text; the measured search picks them per node.
+
 How a renderer writes a `gpu_global` loop: `const <index> var = <global id on its axis>;
 if (var < extent) { body }` (no loop: the runtime rounds the global size up to a multiple
 of the local size).
@@ -20,14 +24,14 @@ of the local size).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from luminal import ops
 from luminal.custom import CustomKernel
 from luminal.errors import CompileError
 from luminal.graph import Graph, Node
 from luminal.kernel import ir
-from luminal.kernel.gpu_rows import LID, cooperative, row_width
+from luminal.kernel.gpu_rows import LID, cooperative, row_width, strided_loop
 from luminal.kernel.indexing import dims_of, loop_index
 from luminal.kernel.lower import (
     NotRowLocal,
@@ -37,6 +41,7 @@ from luminal.kernel.lower import (
     row_kernel,
     scatter_kernel,
 )
+from luminal.kernel.transforms import Opt, apply_opts, opts_name
 from luminal.schedule.fusion import plan_fusion
 from luminal.shape.expr import ONE, Expr, product
 
@@ -44,6 +49,26 @@ MAX_AXES = 3
 GROUP = 64  # work-items per work-group (the product over axes), a multiple of warp sizes
 WORK_ITEM_KINDS = ("parallel", "gpu_global")
 NESTED_KINDS = ("parallel", "serial", "gpu_global")
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The schedule knobs of one node's launches: `group` work-items per work-group (a
+    row shared by a work-group: its width; None: the lowering's default) and `opts`
+    applied to every launch's kernel after the work-item loops are formed."""
+
+    group: int | None = None
+    opts: tuple[Opt, ...] = field(default=())
+
+    @property
+    def name(self) -> str:
+        """Stable name for cached choices: `default`, `local(128)`, `unroll(r0_,4)`."""
+        parts = [f"local({self.group})"] if self.group else []
+        parts += [opts_name(self.opts)] if self.opts else []
+        return "+".join(parts) or "default"
+
+
+DEFAULT_CHOICE = Choice()
 
 
 @dataclass(frozen=True)
@@ -101,18 +126,21 @@ def lower_gpu(
     special: Special | None = None,
     tile: int | tuple[int, int] | None = None,
     tiles: Mapping[int, int | tuple[int, int]] | None = None,
+    choices: Mapping[int, Choice] | None = None,
 ) -> GpuProgram:
     """The launches of a graph after the e-graph: the schedule's kernels, each as GPU
     launches; Python functions as host steps. A matrix product is a tiled kernel staging
     its operands in local memory (`gpu_matmul`: `tile` a tile size or (tile, register
     block), by default `DEFAULT_TILE`; `tiles` per node; tile 0 is the plain loop kernel),
     other
-    contractions loop kernels (no BLAS on a GPU).
+    contractions loop kernels (no BLAS on a GPU); `choices` the knobs of other nodes'
+    launches (`Choice`; IllegalTransform when one does not apply).
     `special` may supply a backend's own kernel for a node first."""
     from luminal.kernel.gpu_matmul import DEFAULT_TILE, schedule, tiled_matmul
 
     tile = DEFAULT_TILE if tile is None else tile
     tiles = tiles or {}
+    choices = choices or {}
     plan = plan_fusion(graph)
     materialised = set(plan.materialised) | set(plan.inputs)
     dims = dims_of(graph)
@@ -140,7 +168,8 @@ def lower_gpu(
             chosen = tiled_matmul(graph, node, materialised, dims, size, block)
         if chosen is None:
             chosen = _node_kernel(graph, node, materialised, dims)
-        launches = [chosen] if isinstance(chosen, Launch) else to_gpu(chosen)
+        choice = choices.get(node_id, DEFAULT_CHOICE)
+        launches = [chosen] if isinstance(chosen, Launch) else to_gpu(chosen, choice)
         for launch in launches:
             steps.append(launch)
             steps_io.append((node_id, list(launch.buffers[1:])))
@@ -192,27 +221,82 @@ def custom_kernel_source(kernel: ir.Kernel) -> tuple[str, str, str] | None:
     body = kernel.body
     if len(body) != 1 or not isinstance(body[0], ir.Call) or not kernel.prelude:
         return None
+    if not kernel.label.startswith(f"{CUSTOM}_"):  # a backend's own kernel (CUDA's WMMA)
+        return None
     backend = kernel.label.removeprefix(f"{CUSTOM}_").removesuffix(f"_{body[0].function}")
     return backend, body[0].function, kernel.prelude
 
 
-def to_gpu(kernel: ir.Kernel) -> list[Launch]:
-    """The launches that compute `kernel` on a GPU (see the module docstring)."""
+def to_gpu(kernel: ir.Kernel, choice: Choice = DEFAULT_CHOICE) -> list[Launch]:
+    """The launches that compute `kernel` on a GPU (see the module docstring), with the
+    knobs of `choice`."""
     body = kernel.body
     if len(body) > 1 and all(isinstance(s, ir.Loop) for s in body):
         parts = [(s,) for s in body]  # independent nests in order: one launch each
     else:
         parts = [body]
-    return [_launch(replace(kernel, body=part)) for part in parts]
+    launches = [_launch(replace(kernel, body=part), choice.group) for part in parts]
+    if not choice.opts:
+        return launches
+    return [share_staging(replace(x, kernel=apply_opts(x.kernel, choice.opts))) for x in launches]
 
 
-def _launch(kernel: ir.Kernel) -> Launch:
+def innermost_work_loop(body: tuple[ir.Stmt, ...]) -> ir.Loop | None:
+    """The `gpu_global` loop of axis 0 (the innermost one), or None."""
+    for stmt in body:
+        if isinstance(stmt, ir.Loop) and stmt.kind == "gpu_global":
+            return innermost_work_loop(stmt.body) or stmt
+        if isinstance(stmt, ir.Declare):
+            continue
+        return None
+    return None
+
+
+def share_staging(launch: Launch) -> Launch:
+    """A tile staged in local memory at the start of a work-item (`stage_local` on the
+    axis-0 `gpu_global` loop: local memory, a loop filling it, a barrier) as GPUs need
+    it: the memory declared at kernel scope, and the fill shared by the work-group (each
+    of its work-items copies every `group`-th element) instead of done by each alone.
+    Other launches are returned unchanged."""
+    loop = innermost_work_loop(launch.kernel.body)
+    body = loop.body if loop is not None else ()
+    staged = (
+        len(body) >= 3
+        and isinstance(body[0], ir.LocalMemory)
+        and isinstance(body[1], ir.Loop)
+        and isinstance(body[2], ir.Barrier)
+    )
+    if not staged:
+        return launch
+    group = launch.local_size[0]
+    lid = loop_index(loop.var, loop.extent) % group
+    fill = strided_loop(body[1], lid, group)
+    shared = replace(loop, body=(fill, *body[2:]))
+    kernel = launch.kernel
+    new_body = _replace_loop(kernel.body, loop, shared)
+    return replace(launch, kernel=replace(kernel, body=(body[0], *new_body)))
+
+
+def _replace_loop(body: tuple[ir.Stmt, ...], old: ir.Loop, new: ir.Loop) -> tuple[ir.Stmt, ...]:
+    out: list[ir.Stmt] = []
+    for stmt in body:
+        if stmt is old:
+            stmt = new
+        elif isinstance(stmt, ir.Loop):
+            stmt = replace(stmt, body=_replace_loop(stmt.body, old, new))
+        out.append(stmt)
+    return tuple(out)
+
+
+def _launch(kernel: ir.Kernel, group: int | None = None) -> Launch:
     chain = _work_item_chain(kernel.body)
     if not chain:
         return Launch(kernel, (ONE,), (1,))
     innermost_body = chain[-1].body
     loops = [(loop.var, loop.extent) for loop in chain]
     width = row_width(innermost_body)
+    if width is not None and group is not None:
+        width = group
     if width is not None:  # a work-group per row: local id on axis 0, rows on 1 and 2
         memory, shared = cooperative(innermost_body, width)
         group = (ir.Loop(LID, ONE * width, "gpu_local", shared),)
@@ -222,7 +306,7 @@ def _launch(kernel: ir.Kernel) -> Launch:
         return Launch(replace(kernel, body=(*memory, *body)), extents, local)
     body, axes = _gpu_loops(loops, innermost_body, MAX_AXES)
     extents = tuple(extent for _, extent in axes)
-    return Launch(replace(kernel, body=body), extents, _local_size(extents))
+    return Launch(replace(kernel, body=body), extents, local_size(extents, group or GROUP))
 
 
 def _work_item_chain(body: tuple[ir.Stmt, ...]) -> list[ir.Loop]:
@@ -268,11 +352,11 @@ def _gpu_loops(
     return body, list(reversed(loops))
 
 
-def _local_size(extents: tuple[Expr, ...]) -> tuple[int, ...]:
-    """Work-group sizes per axis, `GROUP` work-items in all at most: axis 0 takes what it
+def local_size(extents: tuple[Expr, ...], group: int = GROUP) -> tuple[int, ...]:
+    """Work-group sizes per axis, `group` work-items in all at most: axis 0 takes what it
     can use (a power of two up to its extent), the next axes the rest."""
     sizes = []
-    left = GROUP
+    left = group
     for extent in extents:
         known = extent.as_int()
         size = left if known is None else min(left, _next_power_of_two(max(known, 1)))

@@ -72,7 +72,7 @@ def cooperative(
                 memory.append(ir.LocalMemory(name, r.dtype, ONE * width))
                 out.extend(_combine(r, name, lid, width))
         elif isinstance(stmt, ir.Loop):
-            out.append(_strided_loop(stmt, lid, width))
+            out.append(strided_loop(stmt, lid, width))
         elif isinstance(stmt, ir.Store):
             out.append(ir.If(less_than(lid, 1), (stmt,)))
         else:
@@ -85,7 +85,8 @@ def _position(loop: ir.Loop, lid: Expr, width: int) -> tuple[str, Expr]:
     return step, loop_index(step, ceildiv(loop.extent, width)) * width + lid
 
 
-def _strided_loop(loop: ir.Loop, lid: Expr, width: int) -> ir.Loop:
+def strided_loop(loop: ir.Loop, lid: Expr, width: int) -> ir.Loop:
+    """`loop` shared by `width` work-items: `lid` takes iterations lid, lid + width, ..."""
     step, position = _position(loop, lid, width)
     index = ir.Declare(loop.var, ir.INDEX, ir.IndexValue(position, ir.INDEX), True)
     guarded = ir.If(less_than(position, loop.extent), loop.body)

@@ -1,8 +1,9 @@
 """`lm.OpenCLCompiler(device=None)`: the shared GPU compiler pipeline
 (`luminal.backends.gpu_compiler.GpuCompiler`: the CPU backend's passes down to the
 schedule, the shared GPU lowering, a check against the reference runtime) as OpenCL C in
-one program, on any OpenCL device; measured search over the tile sizes of matrix products
-(`luminal.backends.gpu_search`) in the searching modes."""
+one program, on any OpenCL device; measured search over the GPU knobs (tiles of matrix
+products, work-group sizes and unrolling of other kernels; `luminal.backends.gpu_search`)
+in the searching modes, every option verified against the reference runtime."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import math
 from typing import Any
 
 from luminal.backends import gpu_search
-from luminal.backends.cpu.verify import check_inputs
+from luminal.backends.cpu.verify import check_inputs, reference_outputs
 from luminal.backends.gpu_compiler import RULESETS, GpuCompiler
 from luminal.backends.gpu_runtime import GpuCompiledGraph
 from luminal.backends.opencl import toolchain
@@ -19,14 +20,7 @@ from luminal.backends.opencl.runtime import OpenCLDevice
 from luminal.errors import CompileError
 from luminal.graph import Graph
 from luminal.kernel.gpu import GpuProgram, lower_gpu
-from luminal.kernel.gpu_matmul import (
-    BLOCKS,
-    DEFAULT_TILE,
-    TILES,
-    Schedule,
-    parse_schedule,
-    schedule_name,
-)
+from luminal.kernel.gpu_matmul import BLOCKS, DEFAULT_TILE, TILES
 from luminal.search.budget import Deadline, TimeBudget
 from luminal.search.cache import (
     SearchCache,
@@ -50,7 +44,9 @@ class OpenCLCompiler(GpuCompiler):
     on disk. `tile` is the tile size of matrix products staged in local memory (4, 8, 16
     or 32; 0: one work-item per output element reading its whole row and column), `block`
     the outputs per work-item along each side (register blocking: 1, 2 or 4);
-    `mode="optimal"` or `lm.TimeBudget(seconds)` measures every schedule per product.
+    `mode="optimal"` or `lm.TimeBudget(seconds)` verifies and measures every option of
+    every kernel site (the tiles of products, the work-group size and unrolling of
+    other kernels) and keeps the fastest verified one.
     `render(graph)` and `build(graph)` give the program's source and built program
     without changing the graph."""
 
@@ -111,12 +107,11 @@ class OpenCLCompiler(GpuCompiler):
         reference = graph.structure_copy()
         graph.compiled = None
         compiled = GpuCompiledGraph(graph, self.lower(graph), device, self.name)
-        compiled.build()
-        tiles = self._search(graph, reference, compiled, fingerprint, deadline)
-        if tiles is not None:
-            program = lower_gpu(graph, tile=(self.tile, self.block), tiles=tiles)
+        chosen = self._search(graph, reference, compiled, fingerprint, deadline)
+        if chosen:
+            program = gpu_search.lower_choices(graph, (self.tile, self.block), chosen)
             compiled = GpuCompiledGraph(graph, program, device, self.name)
-            compiled.build()
+        compiled.build()  # the search measured on a program of its own
         self._verify(graph, compiled, reference)  # a searched program is always checked
         graph.compiled = compiled
         return compiled
@@ -128,56 +123,74 @@ class OpenCLCompiler(GpuCompiler):
         compiled: GpuCompiledGraph,
         fingerprint: str,
         deadline: Deadline,
-    ) -> dict[int, Schedule] | None:
-        """The schedule of every matrix product: cached, or measured on the device (None:
-        no matrix products, keep the default program)."""
-        products = gpu_search.sites(graph, compiled.program)
-        if not products:
-            return None
+    ) -> dict[int, gpu_search.Option]:
+        """The option of every site (tiles of matrix products, knobs of other kernels):
+        cached, or verified and measured on the device (empty: no sites, keep the
+        default program)."""
+        found = gpu_search.sites(graph, compiled.program)
+        if not found:
+            return {}
         saved = dict(graph.input_data)
         dims = check_inputs(graph, reference)
         device = compiled.device
         key = search_key(fingerprint, dims, self._backend_id(device), gpu_search.SPACE_VERSION)
         store = SearchCache(toolchain.cache_root() / "search")
         record = store.load(key) if self.cache else None
-        names = {gpu_search.site_name(i): n for i, n in enumerate(products)}
-        space = {name: [schedule_name(t) for t in gpu_search.OPTIONS] for name in names}
+        space = {s.name: [name for name, _ in s.options] for s in found}
         if record is not None and record.sites == space:
             self.cache_hit = True
             self.search_record = record
-            return {names[site]: parse_schedule(option) for site, option in record.chosen.items()}
+            return _options(found, record.chosen)
         try:
             started = deadline.elapsed()
-            found = gpu_search.search_tiles(graph, compiled, self.open_device, deadline)
+            expected = reference_outputs(reference, self.rtol, self.atol)
+
+            def check(trial: GpuCompiledGraph) -> str | None:
+                return gpu_search.differs(graph, trial, reference, expected)
+
+            result = gpu_search.search_sites(graph, compiled, self.open_device, check, deadline)
         finally:
             graph.input_data = dict(saved)
             graph.buffers = {}
-        by_node = {n: name for name, n in names.items()}
-        default = {n: t.get(gpu_search.DEFAULT, math.inf) for n, t in found.seconds.items()}
-        best = {n: t[found.chosen[n]] for n, t in found.seconds.items()}
-        record = SearchRecord(
+        record = self._record(key, found, result, deadline.elapsed() - started, device)
+        if self.cache and result.stopped_by == "space exhausted":
+            store.store(record)
+        self.search_record = record
+        return _options(found, result.chosen)
+
+    def _record(
+        self,
+        key: str,
+        found: list[gpu_search.Site],
+        result: gpu_search.SiteSearch,
+        seconds: float,
+        device: OpenCLDevice,
+    ) -> SearchRecord:
+        defaults = {s.name: s.options[0][0] for s in found}
+        timed = result.seconds
+        trials = [
+            Trial({site: option}, "ok", t) for site, ts in timed.items() for option, t in ts.items()
+        ]
+        trials += [
+            Trial({site: option}, why.split(":")[0], None, why)
+            for site, reasons in result.dropped.items()
+            for option, why in reasons.items()
+        ]
+        return SearchRecord(
             key=key,
-            label=f"{len(products)} matrix products",
+            label=f"{len(found)} kernel sites",
             backend=self._backend_id(device),
             mode=str(self.mode),
             cpu=cpu_model(),
             version=luminal_version(),
-            chosen={by_node[n]: schedule_name(t) for n, t in found.chosen.items()},
-            best_seconds=float(sum(best.values())),
-            baseline_seconds=float(sum(default.values())),
-            search_seconds=deadline.elapsed() - started,
-            sites=space,
-            trials=[
-                Trial({by_node[n]: schedule_name(tile)}, "ok", seconds)
-                for n, timings in found.seconds.items()
-                for tile, seconds in timings.items()
-            ],
-            stopped_by=found.stopped_by,
+            chosen=result.chosen,
+            best_seconds=float(sum(ts[result.chosen[s]] for s, ts in timed.items() if ts)),
+            baseline_seconds=float(sum(ts.get(defaults[s], math.inf) for s, ts in timed.items())),
+            search_seconds=seconds,
+            sites={s.name: [name for name, _ in s.options] for s in found},
+            trials=trials,
+            stopped_by=result.stopped_by,
         )
-        if self.cache and found.stopped_by == "space exhausted":
-            store.store(record)
-        self.search_record = record
-        return found.chosen
 
     def _backend_id(self, device: OpenCLDevice) -> str:
         info = device.device.info
@@ -187,3 +200,9 @@ class OpenCLCompiler(GpuCompiler):
 def available() -> bool:
     """pyopencl is installed and an OpenCL device can build programs."""
     return toolchain.is_available()
+
+
+def _options(found: list[gpu_search.Site], chosen: dict[str, str]) -> dict[int, gpu_search.Option]:
+    """Node id -> chosen option of every site."""
+    by_name = {s.name: s for s in found}
+    return {by_name[name].node: by_name[name].option(option) for name, option in chosen.items()}
