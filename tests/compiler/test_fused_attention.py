@@ -344,3 +344,27 @@ def test_infinite_masks_keep_the_unfused_semantics() -> None:
     expected = reference(build, [*arrays, mask])
     assert np.isnan(expected[..., 1, :]).all()
     np.testing.assert_allclose(out, expected, rtol=RTOL, atol=ATOL)  # NaN where NaN
+
+
+def test_the_kernel_is_ir_any_c_renderer_writes() -> None:
+    """The fused kernel is kernel IR: the portable CRenderer (no OpenMP, no pragmas) renders
+    it too, and that C computes the same attention."""
+    from luminal.backends.cpu.lowering import assemble, lower_kernels
+    from luminal.compiler.egraph import EGraphCompiler
+    from luminal.render.c import CRenderer
+
+    arrays = qkv(np.random.default_rng(23), 1, 4, 2, 37, 37, 8)
+    cx = lm.Graph()
+    q, k, v = (cx.tensor(a.shape).set(a) for a in arrays)
+    out = scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True).retrieve()
+    cx.compile(lm.GenericCompiler())
+    cx.compile(EGraphCompiler(rulesets=("algebra", "structure", "cpu")))
+    compiled = assemble(lower_kernels(cx, renderer=CRenderer(), blas=False))
+    (kernel,) = [k for s in compiled.segments for k in s.kernels if "fused_attention" in k.name]
+    assert "#pragma" not in kernel.source
+    compiled.build()
+    cx.compiled = compiled
+    cx.execute()
+    tq, tk, tv = (torch.from_numpy(a) for a in arrays)
+    expected = F.scaled_dot_product_attention(tq, tk, tv, is_causal=True, enable_gqa=True)
+    np.testing.assert_allclose(out.numpy(), expected.numpy(), rtol=RTOL, atol=ATOL)
