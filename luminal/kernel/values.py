@@ -10,6 +10,7 @@ computes is one row of `OP_LOWERINGS` (the kernel layer's per-primitive table).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import fields, replace
 
 from luminal import ops
 from luminal.dtype import DType
@@ -84,8 +85,40 @@ class ValueLowering:
         if view.is_identity():
             value = self.value(source, list(indices))
         else:
-            value = self.value_at_flat(source, view.index_expression(indices))
+            padded = self.padded_read(source, edge, indices) if valid != 1 else None
+            if padded is not None:
+                value = padded
+            else:
+                value = self.value_at_flat(source, view.index_expression(indices))
         return value if valid == 1 else ir.Select(valid, value, zero(source.dtype))
+
+    def padded_read(self, source: Node, edge: Edge, indices: Sequence[Expr]) -> ir.Value | None:
+        """The value of an inlined `source` read through a padded view, its indices taken
+        axis by axis: a pad's offset (-7 for one row and column of 6 x 6 images) would
+        otherwise be unravelled by divisions the loop bounds cannot remove, here and in
+        every producer below. Each padded index i (valid from lo to hi) is lowered as
+        lo + t with t a fresh index below hi - lo, then t is replaced by i - lo in the
+        result (where the pad is valid, which is the only place the value is read).
+        None when the read is not a sum of indices times the source's own strides."""
+        if source.id in self.materialised or source.id in self.scalars:
+            return None
+        if isinstance(source.op, ops.Input) or source.id in self.row_cache:
+            return None
+        view = edge.view
+        shifted, back = list(indices), {}
+        for d, (lo, hi) in enumerate(view.mask or ()):
+            if lo == 0 or len(indices[d].variables()) != 1:
+                continue
+            t = self.loop_var(f"p{len(self.extents)}_", hi - lo)
+            (name,) = t.variables()
+            back[name] = indices[d] - lo
+            shifted[d] = t + lo
+        if not back:
+            return None
+        per_axis = unravel(view.index_expression(shifted), source.shape, self.extents)
+        if any(_divides(e) for e in per_axis):
+            return None
+        return _substitute(self.value(source, per_axis), back)
 
     def value_at_flat(self, node: Node, flat: Expr) -> ir.Value:
         if node.id in self.scalars:
@@ -198,3 +231,20 @@ OP_LOWERINGS: dict[type, Lowering] = {
     ops.Contiguous: _same,
     ops.GraphBreak: _same,
 }
+
+
+def _divides(expr: Expr) -> bool:
+    """Whether an index expression divides (a `//` or `%` anywhere in it)."""
+    return any(atom.op != "var" for mono, _ in expr.terms for atom in mono)
+
+
+def _substitute(value: object, mapping: dict[str, Expr]) -> object:
+    """`value` (an IR value tree) with the index variables of `mapping` replaced."""
+    if isinstance(value, Expr):
+        return value.substitute(mapping)
+    if isinstance(value, tuple):
+        return tuple(_substitute(v, mapping) for v in value)
+    if isinstance(value, ir.Value):
+        changes = {f.name: _substitute(getattr(value, f.name), mapping) for f in fields(value)}
+        return replace(value, **changes)
+    return value

@@ -2,12 +2,12 @@
 
 The input is padded, each spatial dim is turned into (windows, kernel) by
 `pool_last_dim` (a strided view, so overlapping windows cost nothing), the windows are
-laid out as (taps, batch * positions) columns (one `Contiguous` copy: im2col, none for a
+laid out as (taps, batch, positions) columns (one `Contiguous` copy: im2col, none for a
 1x1 convolution of one image) and multiplied by the weight, (out, taps) @ (taps, batch *
-positions) per group: one sgemm whatever the batch (a weight broadcast over a batch axis
-would make the CPU backend loop), read back as NCHW through a permuted view. The graph
-has a fixed, small number of nodes whatever the image size: there are no
-per-output-position ops.
+positions) per group: one sgemm whatever the batch, the batch and positions being one
+matrix dimension; the output is written as NCHW, each image's block of columns in
+place. The graph has a fixed, small number of nodes whatever the image size: there are
+no per-output-position ops.
 """
 
 from __future__ import annotations
@@ -169,13 +169,17 @@ def conv(
         taps = group_in * math.prod(kernel)
         windows = windows.reshape((n, groups, group_in) + out_sizes + kernel)
         order = (1, 2, *range(3 + dims, 3 + 2 * dims), 0, *range(3, 3 + dims))
-        # im2col, channels first and the batch inside the matrix: (groups, taps, N *
-        # positions), one sgemm per group; a view for a 1x1 convolution of one image,
-        # else one copy whose inner loop runs along an image row
-        columns = windows.permute(order).reshape((groups, taps, n * product(out_sizes)))
-        matrix = weight.reshape((groups, out_channels // groups, taps))
-        out = matrix.matmul(columns)  # (groups, out/groups, N * positions)
-        out = out.reshape((out_channels, n, *out_sizes)).permute((1, 0, *range(2, 2 + dims)))
+        # im2col, channels first and the batch inside the matrix: (groups, taps, N,
+        # positions), a view for a 1x1 convolution of one image, else one copy whose
+        # inner loop runs along an image row; read as (N, groups, taps, positions) and
+        # multiplied by the weight broadcast over N: one product per group whose columns
+        # are (image, position) and whose output is already NCHW (the backend writes each
+        # image's block of columns in place)
+        positions = product(out_sizes)
+        columns = windows.permute(order).reshape((groups, taps, n, positions))
+        matrix = weight.reshape((1, groups, out_channels // groups, taps))
+        out = matrix.matmul(columns.permute((2, 0, 1, 3)))  # (N, groups, out/groups, P)
+        out = out.reshape((n, out_channels, *out_sizes))
         if bias is not None:
             out = out + bias.reshape((out_channels,) + (1,) * dims)
         return out.squeeze(0) if unbatched else out

@@ -114,8 +114,8 @@ def _calls(kernel: ir.Kernel) -> list[ir.LibraryCall]:
 
 
 def test_products_are_ir_library_calls() -> None:
-    """sgemm and the generated matmul are IR kernels calling a library function: BLAS's
-    sgemm (or the split-K function of the kernel's prelude), the generated product's
+    """sgemm and the generated matmul are IR kernels calling a library function:
+    `lm_sgemm` (luminal's product, linked into every library), the generated product's
     function (the kernel's prelude, rendered from the schedule)."""
     name, build, _ = next(_cases(np.random.default_rng(0)))
     cx = lm.Graph()
@@ -123,7 +123,7 @@ def test_products_are_ir_library_calls() -> None:
     space = _space(cx)
     (site,) = [s for s in space.sites if any(o.startswith("gen") for o in s.options)]
     static = space.lowering({}).kernels[space.node_of[site.key]]
-    assert [c.function for c in _calls(static.kernel)] == ["lm_sgemm_split_k"]
+    assert [c.function for c in _calls(static.kernel)] == ["lm_sgemm"]
     option = next(o for o in site.options if o.startswith("gen+epilogue"))
     lowering = space.lowering({site.key: option})
     (generated,) = [k for k in lowering.kernels.values() if _calls(k.kernel)]

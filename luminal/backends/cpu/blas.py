@@ -10,14 +10,15 @@ operand (a strided read such as relu's gradient, overlapping pooling windows, se
 M axes that do not merge, an inlined producer) is first packed into a row-major scratch
 matrix inside the same kernel, one loop per logical axis (no divisions in the index
 arithmetic). The output must take the M and N axes as two row-major groups; otherwise
-the contraction is left to a generated loop (`None`). The sgemm is MKL's or OpenBLAS's
-(see `toolchain.blas_flags`), one call per batch index.
+the contraction is left to a generated loop (`None`). Each product (one per batch index)
+is a call to `lm_sgemm` (`gemm.c`, linked into every graph's library): luminal's packed,
+register-blocked kernel for products large enough to fill its tiles, MKL's or OpenBLAS's
+sgemm (see `toolchain.blas_flags`) for small ones, K split over threads when the output
+is small and K long.
 
 The kernel is IR (`luminal.kernel.ir`): packing loops are IR loops storing into `Alloc`'d
-scratch, sgemm is an `ir.LibraryCall`; an unbatched product calls `lm_sgemm_split_k`, a
-library function in the kernel's prelude (`SPLIT_K`) that splits K over threads when the
-output is small and K long, so loop knobs (`kernel/transforms.py`) apply to the packing
-loops and the renderer writes the C.
+scratch, the product an `ir.LibraryCall`, so loop knobs (`kernel/transforms.py`) apply to
+the packing loops and the renderer writes the C.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from luminal import ops
-from luminal.backends.cpu import toolchain
 from luminal.backends.cpu.codegen import KernelSource, kernel_source
+from luminal.backends.cpu.gemm import PROTOTYPE
 from luminal.dtype import DType
 from luminal.graph import Edge, Graph, Node
 from luminal.kernel import ir
@@ -40,19 +41,9 @@ from luminal.shape.tracker import contiguous_strides
 F32 = DType.float32
 
 
-def _sgemm() -> str:
-    return toolchain.blas_flags().sgemm
-
-
-def _prelude(split_k: bool) -> str:
-    """The sgemm prototype, and the split-K library function for an unbatched product."""
-    sgemm = _sgemm()
-    prototype = (
-        f"void {sgemm}(int, int, int, int, int, int, float, const float*, int, "
-        "const float*, int, float, float*, int);"
-    )
-    library = "\n" + SPLIT_K.replace("SGEMM(", f"{sgemm}(") if split_k else ""
-    return "#include <stdlib.h>\n#include <omp.h>\n" + prototype + library
+def _prelude() -> str:
+    """The declaration of `lm_sgemm` (`gemm.c`, linked into every graph's library)."""
+    return PROTOTYPE
 
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
@@ -93,20 +84,19 @@ def sgemm_kernel(
         return None  # a dot product per output element: a fused loop does better
     out_axes = [d for d in range(len(shape)) if d not in summed]
     out_strides = dict(zip(out_axes, contiguous_strides(node.shape), strict=True))
-    m_group = merged_axes(axes.m, shape, out_strides)
-    n_group = merged_axes(axes.n, shape, out_strides)
-    if m_group is None or n_group is None:
+    # C's rows and columns: M and N, or N and M when the output holds (n, m) (then
+    # C^T = B^T A^T is computed); the columns in one run of unit stride, or in blocks
+    swap = bool(axes.n) and out_strides[axes.n[-1]] != 1
+    row_axes, col_axes = (axes.n, axes.m) if swap else (axes.m, axes.n)
+    row_group = merged_axes(row_axes, shape, out_strides)
+    col_group = merged_axes(col_axes, shape, out_strides)
+    width, block_stride = None, ZERO
+    if col_group is None:
+        col_group, width, block_stride = _column_blocks(col_axes, shape, out_strides)
+    if row_group is None or col_group is None or (col_axes and col_group[1] != 1):
         return None
-    (m, sc_m), (n, sc_n) = m_group, n_group
-    k = ONE
-    for d in axes.k:
-        k = k * shape[d]
-    if axes.n and sc_n != 1:  # the output holds (n, m): compute C^T = B^T A^T
-        if axes.m and sc_m != 1:
-            return None
-        swap, ldc = True, sc_n
-    else:
-        swap, ldc = False, (sc_m if axes.m else n)
+    m, n, k = _size(shape, axes.m), _size(shape, axes.n), _size(shape, axes.k)
+    ldc = row_group[1] if row_axes else col_group[0]
     w = ValueLowering(graph, materialised - {node.id})
     w.param(node.id)
     index = [w.loop_var(f"i{j}_", shape[d]) for j, d in enumerate(axes.batch)]
@@ -133,26 +123,15 @@ def sgemm_kernel(
     c_off = sum((i * out_strides[d] for i, d in zip(index, axes.batch, strict=True)), ZERO)
     first, second, rows_c, cols_c = (b, a, n, m) if swap else (a, b, m, n)
     t1, t2 = (FLIP[b.trans], FLIP[a.trans]) if swap else (a.trans, b.trans)
-    if axes.batch:
-        call: ir.Stmt = ir.LibraryCall(
-            _sgemm(),
-            (
-                sym(ROW_MAJOR), sym(t1), sym(t2), rows_c, cols_c, k, ir.Const(1.0, F32),
-                ir.Pointer(first.param, first.offset), _leading(first.ld),
-                ir.Pointer(second.param, second.offset), _leading(second.ld),
-                ir.Const(0.0, F32), ir.Pointer(0, c_off), _leading(ldc),
-            ),
-        )  # fmt: skip
-    else:
-        call = ir.LibraryCall(
-            "lm_sgemm_split_k",
-            (
-                sym(t1), sym(t2), rows_c, cols_c, k,
-                ir.Pointer(first.param, first.offset), first.ld,
-                ir.Pointer(second.param, second.offset), second.ld,
-                ir.Pointer(0, c_off), ldc,
-            ),
-        )  # fmt: skip
+    call = ir.LibraryCall(
+        "lm_sgemm",
+        (
+            sym(t1), sym(t2), rows_c, cols_c, k,
+            ir.Pointer(first.param, first.offset), first.ld,
+            ir.Pointer(second.param, second.offset), second.ld,
+            ir.Pointer(0, c_off), ldc, cols_c if width is None else width, block_stride,
+        ),
+    )  # fmt: skip
     body: tuple[ir.Stmt, ...] = (call,)
     for i, d in reversed(list(zip(index, axes.batch, strict=True))):
         body = (ir.Loop(_name(i), shape[d], "serial", body),)
@@ -164,65 +143,35 @@ def sgemm_kernel(
         (*prologue, *body, *frees),
         computed,
         scratch=tuple(scratch),
-        prelude=_prelude(split_k=not axes.batch),
+        prelude=_prelude(),
         reports_faults=bool(scratch),
     )
 
 
+def _size(shape: Sequence[Expr], axes: list[int]) -> Expr:
+    total = ONE
+    for d in axes:
+        total = total * shape[d]
+    return total
+
+
+def _column_blocks(
+    axes: list[int], shape: Sequence[Expr], out_strides: dict
+) -> tuple[tuple[Expr, Expr] | None, Expr | None, Expr]:
+    """The N axes as C's columns in blocks: ((size, 1), block width, block stride) when
+    the inner axes merge into rows of unit stride and the outer ones into a block index
+    (the output of a convolution of several images: (image, channel, position) with the
+    images and positions as N), else (None, None, 0)."""
+    for split in range(1, len(axes)):
+        outer = merged_axes(axes[:split], shape, out_strides)
+        inner = merged_axes(axes[split:], shape, out_strides)
+        if outer is not None and inner is not None and inner[1] == 1:
+            return (outer[0] * inner[0], ONE), inner[0], outer[1]
+    return None, None, ZERO
+
+
 def _name(index: Expr) -> str:
     return loop_name(index.terms[0][0][0].args[0])
-
-
-# a product with a small output and a long K (a convolution's weight gradient: 6 x 25
-# outputs summed over batch * 784 positions) gives BLAS too little to share between
-# threads; each thread then takes a slice of K and the slices' partial sums are added
-SPLIT_K_MAX_OUTPUT = 4096
-SPLIT_K_MIN_K = 4096
-
-
-def _leading(ld: Expr) -> Expr:
-    """A leading dimension as BLAS requires it, at least 1 (a symbolic size of 0 would
-    make sgemm reject the call and leave the output unwritten)."""
-    return ld.max(1)
-
-
-# C: sgemm of an unbatched product, or (several threads, a small output, a long K) one
-# sgemm per thread over a slice of K into a private matrix, then the sum of those
-# matrices; `SGEMM` is replaced by the BLAS symbol. Where the slice starting at k0 begins:
-# along a row of a stored op(X) = X (no transpose) the K index is the column; for a
-# transposed one it is the row.
-SPLIT_K = f"""/* C (m x n, row-major, ldc) = op(A) op(B) */
-static void lm_sgemm_split_k(int ta, int tb, long long m, long long n, long long k,
-        const float* a, long long lda, const float* b, long long ldb, float* c, long long ldc)
-{{
-    const int nt = omp_get_max_threads();
-    const int split = nt > 1 && m * n <= {SPLIT_K_MAX_OUTPUT} && k >= {SPLIT_K_MIN_K};
-    /* the partial sums' memory; without it (calloc failed) one plain call does the work */
-    float* part = split ? (float*)calloc((size_t)(nt * m * n), sizeof(float)) : 0;
-    if (!part) {{
-        SGEMM({ROW_MAJOR}, ta, tb, (int)m, (int)n, (int)k, 1.0f, a, (int)(lda > 1 ? lda : 1),
-            b, (int)(ldb > 1 ? ldb : 1), 0.0f, c, (int)(ldc > 1 ? ldc : 1));
-        return;
-    }}
-    #pragma omp parallel num_threads(nt)
-    {{
-        const int t = omp_get_thread_num(), count = omp_get_num_threads();
-        const long long k0 = k * t / count, k1 = k * (t + 1) / count;
-        const float* a0 = a + (ta == {NO_TRANS} ? k0 : k0 * lda);
-        const float* b0 = b + (tb == {NO_TRANS} ? k0 * ldb : k0);
-        SGEMM({ROW_MAJOR}, ta, tb, (int)m, (int)n, (int)(k1 - k0), 1.0f, a0, (int)lda, b0,
-            (int)ldb, 0.0f, part + (long long)t * m * n, (int)n);
-    }}
-    for (long long r = 0; r < m; r++) {{
-        for (long long j = 0; j < n; j++) {{
-            float total = 0.0f;
-            for (int t = 0; t < nt; t++) total += part[(t * m + r) * n + j];
-            c[r * ldc + j] = total;
-        }}
-    }}
-    free(part);
-}}
-"""
 
 
 def _in_place(

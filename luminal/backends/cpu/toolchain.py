@@ -387,16 +387,21 @@ def link_shared(objects: Sequence[Path], link_blas: bool = False, name: str = "l
 
 def build_shared(sources: Sequence[tuple[str, str]], link_blas: bool = False) -> Path:
     """Compile `(name, source)` units (in parallel, cached) and link them into one shared
-    object; with everything cached this costs hashing and one `stat`."""
+    object; with everything cached this costs hashing and one `stat`. A library linking
+    the BLAS also gets luminal's `lm_sgemm` (`gemm.c`), which the sgemm kernels call."""
+    if link_blas:
+        from luminal.backends.cpu.gemm import support_unit
+
+        sources = [*sources, support_unit(blas_flags().sgemm)]
     units = _units(sources)
     if not units:
         raise CompileError("build_shared needs at least one (name, source) unit")
     directory = cache_dir()
-    _prepare(directory)
     final = directory / f"{library_key([u.key for u in units], link_blas)}.so"
     if _cached(final, final.stem):
         _bump("libraries_cached")
         return final
+    _prepare(directory)  # the sweep lists the whole cache: only when something is built
     objects = _compile_all(units, directory, None)
     return _link(objects, final, link_blas, ", ".join(u.name for u in units[:4]))
 

@@ -60,40 +60,7 @@ def conv_node(
     kernel = [int(d.as_int()) for d in weight.view.shape[2:]]
     strides, dilations, pairs = _spatial(ctx, x, kernel)
     x = _pad_spatial(x, pairs)
-    group = ctx.attr("group", 1)
-    if group == 1 and x.ndim == len(kernel) + 2:
-        return _conv_one_gemm(x, weight, bias, kernel, strides, dilations)
-    return conv(x, weight, bias, strides, 0, dilations, group, op="Conv")
-
-
-def _conv_one_gemm(
-    x: GraphTensor,
-    weight: GraphTensor,
-    bias: GraphTensor | None,
-    kernel: list[int],
-    strides: list[int],
-    dilations: list[int],
-) -> GraphTensor:
-    """An ungrouped convolution as one 2-D matrix product: weight (out, taps) times the
-    im2col columns laid out (taps, batch * positions). nn.conv's batched form
-    (1, out, taps) x (N, 1, taps, positions) broadcasts the weight over the batch,
-    which the CPU backend lowers to a loop instead of sgemm (ResNet-18's 3x3 convs:
-    1.27 s against 72 ms for the same product); here the batch is part of the
-    matrix, so the product is one sgemm, and the output is a view back to NCHW."""
-    dims = len(kernel)
-    n, channels = x.view.shape[:2]
-    out_channels = weight.view.shape[0]
-    windows = sliding_windows(x, kernel, strides, dilations, [(0, 0)] * dims)  # N,C,*O,*k
-    sizes = tuple(windows.view.shape[2 : 2 + dims])
-    positions = math.prod(int(d.as_int()) for d in sizes)
-    order = (1, *range(2 + dims, 2 + 2 * dims), 0, *range(2, 2 + dims))  # C, *k, N, *O
-    taps = int(channels.as_int()) * math.prod(kernel)
-    columns = windows.permute(order).reshape((taps, n * positions))
-    out = weight.reshape((out_channels, taps)).matmul(columns)  # (out, N * positions)
-    out = out.reshape((out_channels, n, *sizes)).permute((1, 0, *range(2, 2 + dims)))
-    if bias is not None:
-        out = out + bias.reshape((out_channels,) + (1,) * dims)
-    return out
+    return conv(x, weight, bias, strides, 0, dilations, ctx.attr("group", 1), op="Conv")
 
 
 def _dilate(x: GraphTensor, axis: int, stride: int) -> GraphTensor:

@@ -31,7 +31,7 @@ void lm_maxreduce_<hash>(float* restrict b0, const float* restrict b1, const lon
         for (long long i1_ = 0; i1_ < 8; i1_++) {
             for (long long i2_ = 0; i2_ < 4; i2_++) {
                 float acc = b1[(64*i0_ + 8*i1_ + 2*i2_)];
-                { const float v1 = b1[(64*i0_ + 8*i1_ + 2*i2_ + 1)]; acc = (v1 > acc || v1 != v1) ? v1 : acc; }
+                { const float v1 = b1[(64*i0_ + 8*i1_ + 2*i2_ + 1)]; acc = lm_max_nan(acc, v1); }
                 b0[(32*i0_ + 4*i1_ + i2_)] = acc;
             }
         }
@@ -47,7 +47,7 @@ void lm_maxreduce_<hash>(float* restrict b0, const float* restrict b1, const lon
         for (long long i1_ = 0; i1_ < 4; i1_++) {
             for (long long i2_ = 0; i2_ < 4; i2_++) {
                 float acc = b1[(32*i0_ + i1_ + 8*i2_)];
-                { const float v1 = b1[(32*i0_ + i1_ + 8*i2_ + 4)]; acc = (v1 > acc || v1 != v1) ? v1 : acc; }
+                { const float v1 = b1[(32*i0_ + i1_ + 8*i2_ + 4)]; acc = lm_max_nan(acc, v1); }
                 b0[(16*i0_ + 4*i1_ + i2_)] = acc;
             }
         }

@@ -14,7 +14,12 @@ static inline float lm_fmod_floor(float a, float b) {
     float r = fmodf(a, b);
     return (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) ? r + b : r;
 }
-static inline float lm_max_nan(float a, float b) { return (b > a || b != b) ? b : a; }
+/* max propagating NaN, as two selects (one `||` of the two tests keeps gcc from
+   vectorising: a 3x3 max pool ran 18x slower) */
+static inline float lm_max_nan(float a, float b) {
+    const float m = b > a ? b : a;
+    return b != b ? b : m;
+}
 static inline int lm_max_int(int a, int b) { return b > a ? b : a; }
 /* integer semantics are numpy's and never trap: x % 0 == 0 and INT_MIN % -1 == 0 (C's %
    raises SIGFPE for both); a divisor of 0 or -1 is replaced by 1, whose remainder is 0 too */

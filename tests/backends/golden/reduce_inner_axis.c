@@ -27,11 +27,11 @@ void lm_maxreduce_<hash>(float* restrict b0, const float* restrict b1, const lon
     for (long long i0_ = 0; i0_ < 40; i0_++) {
         for (long long i1_ = 0; i1_ < 12; i1_++) {
             float acc = b1[(12*i0_ + i1_)];
-            { const float v1 = b1[(12*i0_ + i1_ + 480)]; acc = (v1 > acc || v1 != v1) ? v1 : acc; }
-            { const float v2 = b1[(12*i0_ + i1_ + 960)]; acc = (v2 > acc || v2 != v2) ? v2 : acc; }
-            { const float v3 = b1[(12*i0_ + i1_ + 1440)]; acc = (v3 > acc || v3 != v3) ? v3 : acc; }
-            { const float v4 = b1[(12*i0_ + i1_ + 1920)]; acc = (v4 > acc || v4 != v4) ? v4 : acc; }
-            { const float v5 = b1[(12*i0_ + i1_ + 2400)]; acc = (v5 > acc || v5 != v5) ? v5 : acc; }
+            { const float v1 = b1[(12*i0_ + i1_ + 480)]; acc = lm_max_nan(acc, v1); }
+            { const float v2 = b1[(12*i0_ + i1_ + 960)]; acc = lm_max_nan(acc, v2); }
+            { const float v3 = b1[(12*i0_ + i1_ + 1440)]; acc = lm_max_nan(acc, v3); }
+            { const float v4 = b1[(12*i0_ + i1_ + 1920)]; acc = lm_max_nan(acc, v4); }
+            { const float v5 = b1[(12*i0_ + i1_ + 2400)]; acc = lm_max_nan(acc, v5); }
             b0[(12*i0_ + i1_)] = acc;
         }
     }

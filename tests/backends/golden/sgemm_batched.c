@@ -2,13 +2,11 @@
    LUMINAL_ACCEPT_GOLDEN=1 .venv/bin/pytest tests/backends/test_golden_kernels.py */
 
 /* ---- segment 0: nodes [4] */
-#include <stdlib.h>
-#include <omp.h>
-void LM_SGEMM(int, int, int, int, int, int, float, const float*, int, const float*, int, float, float*, int);
+void lm_sgemm(int, int, long long, long long, long long, const float*, long long, const float*, long long, float*, long long, long long, long long);
 /* sgemm */
 void lm_sgemm_<hash>(float* restrict b0, const float* restrict b1, const float* restrict b2, const long long* restrict d) {
     for (long long i0_ = 0; i0_ < 3; i0_++) {
-        LM_SGEMM(101, 111, 111, 16, 8, 32, 1.0f, b1 + 512*i0_, 32, b2 + 256*i0_, 8, 0.0f, b0 + 128*i0_, 8);
+        lm_sgemm(111, 111, 16, 8, 32, b1 + 512*i0_, 32, b2 + 256*i0_, 8, b0 + 128*i0_, 8, 8, 0);
     }
 }
 

@@ -1,0 +1,25 @@
+"""luminal's float32 matrix product (`gemm.c`), one translation unit linked into every
+compiled graph's library, so it compiles once per machine (the object cache) instead of
+once per sgemm kernel. Kernels call `lm_sgemm` (declared by `PROTOTYPE`); it multiplies
+in its own packed, register-blocked kernel or calls the BLAS (see `gemm.c`)."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+PROTOTYPE = (
+    "void lm_sgemm(int, int, long long, long long, long long, const float*, long long, "
+    "const float*, long long, float*, long long, long long, long long);"
+)
+
+
+@cache
+def _source() -> str:
+    return (Path(__file__).parent / "gemm.c").read_text()
+
+
+def support_unit(blas_sgemm: str) -> tuple[str, str]:
+    """The (name, C source) unit defining `lm_sgemm`, calling `blas_sgemm` (the BLAS's
+    cblas_sgemm symbol) for the products it leaves to the BLAS."""
+    return "lm_gemm", f"#define LM_BLAS_SGEMM {blas_sgemm}\n{_source()}"

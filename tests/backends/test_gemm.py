@@ -1,0 +1,115 @@
+"""luminal's float32 product `lm_sgemm` (gemm.c), called directly against numpy: every
+transpose pair, edge tiles in each dimension, K across several packed blocks, a leading
+dimension wider than the row, K = 0, NaN, the BLAS path for small products and the
+split-K path for a small output with a long K, on one and two threads."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+
+from luminal.backends.cpu import toolchain
+
+NO_TRANS, TRANS = 111, 112
+I64 = ctypes.c_longlong
+
+
+@pytest.fixture(scope="module")
+def sgemm():  # noqa: ANN201 - a ctypes function
+    path = toolchain.build_shared([("probe", "int lm_probe(void) { return 0; }\n")], True)
+    function = toolchain.load(path).lm_sgemm
+    pointer = ctypes.c_void_p
+    function.argtypes = [ctypes.c_int, ctypes.c_int, I64, I64, I64, pointer, I64, pointer, I64]
+    function.argtypes += [pointer, I64, I64, I64]
+    function.restype = None
+    return function
+
+
+@pytest.fixture
+def threads():  # noqa: ANN201 - sets the thread count per case, restores it after
+    original = toolchain.get_num_threads().openmp
+    yield toolchain.set_num_threads
+    toolchain.set_num_threads(original)
+
+
+def product(sgemm, a: np.ndarray, b: np.ndarray, ta: int, tb: int, pad: int = 0):  # noqa: ANN001
+    """op(a) @ op(b) through lm_sgemm into a matrix with `pad` extra columns (filled with
+    7, which must stay untouched)."""
+    m, k = (a.shape[1], a.shape[0]) if ta == TRANS else a.shape
+    n = b.shape[0] if tb == TRANS else b.shape[1]
+    c = np.full((m, n + pad), 7.0, np.float32)
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    pointers = (a.ctypes.data, a.shape[1], b.ctypes.data, b.shape[1], c.ctypes.data, n + pad)
+    sgemm(ta, tb, m, n, k, *pointers, n, 0)
+    assert (c[:, n:] == 7.0).all()
+    return c[:, :n]
+
+
+def reference(a: np.ndarray, b: np.ndarray, ta: int, tb: int) -> np.ndarray:
+    a = a.T if ta == TRANS else a
+    b = b.T if tb == TRANS else b
+    return a.astype(np.float64) @ b.astype(np.float64)
+
+
+# (m, n, k): edge tiles along each dim; K over two packed blocks of 256 and a rest; the
+# first two are below the packed kernel's threshold (BLAS), the last splits K
+SHAPES = [(5, 7, 3), (9, 50, 40), (17, 97, 300), (64, 200, 129), (40, 49, 600), (5, 7, 5000)]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("count", [1, 2])
+def test_products_equal_numpy(sgemm, threads, rng, shape, count) -> None:  # noqa: ANN001
+    threads(count)
+    m, n, k = shape
+    for ta in (NO_TRANS, TRANS):
+        for tb in (NO_TRANS, TRANS):
+            a = rng.uniform(-1, 1, (k, m) if ta == TRANS else (m, k)).astype(np.float32)
+            b = rng.uniform(-1, 1, (n, k) if tb == TRANS else (k, n)).astype(np.float32)
+            got = product(sgemm, a, b, ta, tb, pad=3)
+            np.testing.assert_allclose(got, reference(a, b, ta, tb), rtol=1e-4, atol=1e-4)
+
+
+def test_empty_k_writes_zeros(sgemm) -> None:  # noqa: ANN001
+    a, b = np.zeros((40, 0), np.float32), np.zeros((0, 60), np.float32)
+    assert (product(sgemm, a, b, NO_TRANS, NO_TRANS, pad=2) == 0).all()
+
+
+def test_nan_reaches_its_row_only(sgemm, rng) -> None:  # noqa: ANN001
+    a = rng.uniform(-1, 1, (48, 100)).astype(np.float32)
+    b = rng.uniform(-1, 1, (100, 96)).astype(np.float32)
+    a[3, 50] = np.nan
+    got = product(sgemm, a, b, NO_TRANS, NO_TRANS)
+    assert np.isnan(got[3]).all() and not np.isnan(np.delete(got, 3, axis=0)).any()
+
+
+@pytest.mark.parametrize("shape", [(5, 3, 7, 9), (40, 4, 49, 300), (64, 3, 100, 64)])
+def test_columns_in_blocks(sgemm, rng, shape) -> None:  # noqa: ANN001
+    """C's columns (image, position) written as (image, row, position): blocks of
+    `width` columns, `stride` apart (a convolution of several images); BLAS (the first
+    shape) and the packed kernel, tiles inside a block and across blocks."""
+    m, images, width, k = shape
+    a = rng.uniform(-1, 1, (m, k)).astype(np.float32)
+    b = rng.uniform(-1, 1, (k, images * width)).astype(np.float32)
+    c = np.full((images, m, width + 1), 7.0, np.float32)
+    row, stride = width + 1, m * (width + 1)
+    n = images * width
+    sgemm(
+        NO_TRANS,
+        NO_TRANS,
+        m,
+        n,
+        k,
+        a.ctypes.data,
+        k,
+        b.ctypes.data,
+        n,
+        c.ctypes.data,
+        row,
+        width,
+        stride,
+    )
+    expected = (a.astype(np.float64) @ b).reshape(m, images, width).transpose(1, 0, 2)
+    np.testing.assert_allclose(c[:, :, :width], expected, rtol=1e-4, atol=1e-4)
+    assert (c[:, :, width] == 7.0).all()
