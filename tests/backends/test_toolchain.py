@@ -451,3 +451,28 @@ def test_set_num_threads_controls_openmp_and_openblas() -> None:
             getattr(blas, toolchain.blas_flags().set_num_threads)(original.blas)
     with pytest.raises(ValueError):
         toolchain.set_num_threads(0)
+
+
+def test_verification_pins_only_numpys_blas() -> None:
+    """The reference check runs numpy's BLAS on one thread; the compiled program's BLAS
+    keeps its count inside, and set_num_threads still controls it afterwards (threadpoolctl
+    ORs selection criteria: selecting by API too pinned MKL and left a thread-local count)."""
+    from threadpoolctl import ThreadpoolController
+
+    from luminal.backends.cpu.compiler import numpy_blas_on_one_thread
+
+    original = toolchain.get_num_threads()
+    try:
+        toolchain.set_num_threads(2)
+        with numpy_blas_on_one_thread():
+            assert toolchain.get_num_threads() == (2, 2)
+            numpy_blas = [
+                info["num_threads"]
+                for info in ThreadpoolController().info()
+                if info["user_api"] == "blas" and "numpy" in info["filepath"]
+            ]
+            assert numpy_blas and set(numpy_blas) == {1}
+        toolchain.set_num_threads(1)
+        assert toolchain.get_num_threads() == (1, 1)
+    finally:
+        toolchain.set_num_threads(original.openmp)

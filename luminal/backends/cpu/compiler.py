@@ -245,8 +245,14 @@ def numpy_blas_on_one_thread() -> Iterator[None]:
     from threadpoolctl import ThreadpoolController
 
     controller = ThreadpoolController()
-    paths = [info["filepath"] for info in controller.info() if "numpy" in info["filepath"]]
-    with controller.select(user_api="blas", filepath=paths).limit(limits=1):
+    # select() ORs its criteria: user_api="blas" beside the paths would also pin the
+    # compiled program's MKL, and MKL's restore leaves a thread-local count behind
+    paths = [
+        info["filepath"]
+        for info in controller.info()
+        if info["user_api"] == "blas" and "numpy" in info["filepath"]
+    ]
+    with controller.select(filepath=paths).limit(limits=1):
         yield
 
 
