@@ -40,6 +40,7 @@ BENCHES = {
     "training": "MLP and LeNet-5 train step and forward against PyTorch eager",
     "models": "MiniLM, Llama, Qwen2, Whisper, YOLOv8n against transformers / PyTorch eager",
     "onnx": "ONNX import (MiniLM, ResNet-18) against onnxruntime",
+    "attention": "causal attention prefill, fused and unfused, against torch SDPA",
     "search": "mode='optimal' against the static lowering, numpy's BLAS and PyTorch eager",
     "quantized": "GGUF decode tokens (no runnable peer: llama.cpp recorded as absent)",
     "distributed": "2 MPI ranks against 1 (1 thread each)",

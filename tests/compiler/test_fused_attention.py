@@ -368,3 +368,16 @@ def test_the_kernel_is_ir_any_c_renderer_writes() -> None:
     tq, tk, tv = (torch.from_numpy(a) for a in arrays)
     expected = F.scaled_dot_product_attention(tq, tk, tv, is_causal=True, enable_gqa=True)
     np.testing.assert_allclose(out.numpy(), expected.numpy(), rtol=RTOL, atol=ATOL)
+
+
+def test_a_graph_compiled_for_the_cpu_renders_for_a_gpu() -> None:
+    """The GPU lowering has no FusedAttention kernel: it unfuses first, so a graph the
+    CPU compiler fused still renders as OpenCL (no device needed)."""
+    rng = np.random.default_rng(5)
+    cx = lm.Graph()
+    q, k, v = (cx.tensor(a.shape).set(a) for a in qkv(rng, 1, 2, 2, 70, 70, 8))
+    scaled_dot_product_attention(q, k, v, is_causal=True).retrieve()
+    cx.compile(lm.CPUCompiler())
+    assert fused_nodes(cx) == [True]
+    sources = lm.OpenCLCompiler().render(cx)
+    assert "__kernel" in (sources if isinstance(sources, str) else "\n".join(map(str, sources)))
