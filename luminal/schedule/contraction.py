@@ -16,7 +16,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from luminal import ops
+from luminal.dtype import DType
 from luminal.shape.expr import ONE, ZERO, Expr
+from luminal.shape.tracker import contiguous_strides
+
+F32 = DType.float32
 
 
 def is_blas_contract(node) -> bool:  # noqa: ANN001 - a Node
@@ -131,3 +135,102 @@ def classify(shape: Sequence[Expr], summed: Sequence[int], views: Sequence) -> A
         else:
             return None
     return axes
+
+
+@dataclass(frozen=True)
+class Gathered:
+    """A product's operand read from the buffer under the `Contiguous` copy it reads
+    (a convolution's im2col columns, copied from overlapping windows of the padded
+    input): the copy is never made, the product packs its tiles from `source` directly.
+    `axes` maps each logical axis the operand varies along to its (size, stride in
+    `source`) sub-axes, outermost first; `offset` is the view's offset in `source`."""
+
+    copy: int
+    source: int
+    offset: int
+    axes: dict[int, tuple[tuple[int, int], ...]]
+
+
+def gathered_operand(graph, node, side: int, readers: dict) -> Gathered | None:  # noqa: ANN001
+    """The operand `side` of a float32 matrix product as a `Gathered`, when it is a
+    float32 `Contiguous` copy that only this product reads, of a strided, unmasked view
+    of sizes and strides known as ints, which the product reads without offset and whose
+    axes split into the copy's axes; else None."""
+    edge = node.inputs[side]
+    copy = graph.nodes[edge.source]
+    if not (isinstance(node.op, ops.Contract) and isinstance(copy.op, ops.Contiguous)):
+        return None
+    if readers.get(copy.id) != {node.id} or copy.id in graph.retrieved | graph.kept:
+        return None
+    inner = copy.inputs[0]
+    source = graph.nodes[inner.source]
+    if node.dtype != F32 or copy.dtype != F32 or source.dtype != F32:
+        return None
+    if inner.view.mask is not None or edge.view.mask is not None:
+        return None
+    copy_shape = _ints(copy.shape)
+    x_strides, offset = _ints(inner.view.strides), inner.view.offset.as_int()
+    shape, strides = _ints(edge.view.shape), _ints(edge.view.strides)
+    if None in (copy_shape, x_strides, offset, shape, strides) or edge.view.offset != 0:
+        return None
+    copy_strides = [int(s) for s in contiguous_strides(copy.shape)]
+    axes: dict[int, tuple[tuple[int, int], ...]] = {}
+    for d, (size, stride) in enumerate(zip(shape, strides, strict=True)):
+        if stride == 0 or size == 1:
+            continue
+        parts = _split(size, stride, copy_shape, copy_strides, x_strides)
+        if parts is None:
+            return None
+        axes[d] = parts
+    return Gathered(copy.id, source.id, offset, axes)
+
+
+def _split(size: int, stride: int, shape, strides, x_strides):  # noqa: ANN001, ANN202
+    """The copy's axes (size, stride in the source) one logical axis of `size` with
+    `stride` in the copy's row-major buffer runs over, or None."""
+    for last in range(len(shape) - 1, -1, -1):
+        if strides[last] == stride and shape[last] != 1:
+            break
+    else:
+        return None
+    total, first = 1, last + 1
+    while first > 0 and total < size:
+        first -= 1
+        total *= shape[first]
+    if total != size:
+        return None
+    return tuple((shape[i], x_strides[i]) for i in range(first, last + 1) if shape[i] != 1)
+
+
+def _ints(values):  # noqa: ANN001, ANN202
+    ints = [v.as_int() for v in values]
+    return None if None in ints else ints
+
+
+def blas_gathered(graph, order) -> dict[int, int]:  # noqa: ANN001
+    """For each copy a matrix product reads through `gathered_operand`: the buffer the
+    product reads instead (the copy is never materialised; fusion keeps that buffer)."""
+    readers = graph.readers()
+    found: dict[int, int] = {}
+    for node_id in order:
+        node = graph.nodes[node_id]
+        if not is_blas_contract(node) or node.dtype != F32:
+            continue
+        for side in (0, 1):
+            gathered = gathered_operand(graph, node, side, readers)
+            if gathered is not None and gathered_side(graph, node) == side:
+                found[gathered.copy] = gathered.source
+    return found
+
+
+def gathered_side(graph, node) -> int | None:  # noqa: ANN001, ARG001
+    """The operand a gathered copy may be: the one the BLAS call takes as its second
+    operand, whose columns are the output's unit-stride columns (a convolution's
+    columns); None when the output is no such matrix."""
+    views = [e.view for e in node.inputs]
+    axes = classify(tuple(views[0].shape), node.op.summed, views)
+    if axes is None or not (axes.m and axes.n):
+        return None
+    out_axes = [d for d in range(len(views[0].shape)) if d not in node.op.summed]
+    out_strides = dict(zip(out_axes, contiguous_strides(node.shape), strict=True))
+    return 0 if out_strides[axes.n[-1]] != 1 else 1

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from luminal import ops
 from luminal.custom import CustomKernel
 from luminal.graph import Graph
-from luminal.schedule.contraction import is_blas_contract, is_loop_contract
+from luminal.schedule.contraction import blas_gathered, is_blas_contract, is_loop_contract
 from luminal.shape.tracker import Pool
 
 ELEMENTWISE = (
@@ -131,11 +131,13 @@ def _inline_or_materialise(graph: Graph) -> FusionPlan:
         for edge in graph.nodes[node_id].inputs:
             reads.setdefault(edge.source, []).append(edge.view)
     root_set = set(roots)
-    # ops that need their operands as whole buffers (Python functions, BLAS operands)
+    # ops that need their operands as whole buffers (Python functions, BLAS operands; a
+    # BLAS operand copied from a strided view is read where the copy reads: `gathered`)
+    gathered = blas_gathered(graph, order)
     for node_id in order:
         node = graph.nodes[node_id]
         if is_blas_contract(node) or isinstance(node.op, ops.Function | ops.Scatter | CustomKernel):
-            root_set.update(edge.source for edge in node.inputs)
+            root_set.update(gathered.get(e.source, e.source) for e in node.inputs)
     # an attention's additive mask is recomputed per head inside its kernel, never an
     # (L, S) buffer (an iota's causal mask costs an index comparison per score)
     recomputed = {
@@ -152,7 +154,9 @@ def _inline_or_materialise(graph: Graph) -> FusionPlan:
             inputs.append(node_id)
             continue
         size = _bounded(node, inlined, split)
-        if node_id in root_set:
+        if node_id in gathered:
+            inlined[node_id] = size
+        if node_id in root_set or node_id in gathered:
             continue
         edges = reads.get(node_id, [])
         inlinable = isinstance(node.op, ELEMENTWISE) or is_short_reduce(node)

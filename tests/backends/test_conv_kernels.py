@@ -25,15 +25,16 @@ def sgemm_calls(compiled) -> list[str]:  # noqa: ANN001
         line.strip()
         for source in sources(compiled)
         for line in source.splitlines()
-        if "lm_sgemm(11" in line
+        if "lm_sgemm(11" in line or "lm_sgemm_gather(11" in line
     ]
 
 
 @pytest.mark.parametrize(("groups", "stride"), [(1, 1), (2, 2)])
 def test_images_are_blocks_of_one_product(rng, groups, stride) -> None:  # noqa: ANN001
-    """3 images, 8 -> 12 channels, 3x3: the product's columns are (image, position) and
-    its output (image, channel, position) is written in place, 12 / groups rows per
-    call; no kernel loops over the images."""
+    """3 images, 8 -> 12 channels, 3x3: one product per group whose columns are (image,
+    position), its output (image, channel, position) written in place, its columns read
+    from the padded input (no im2col copy: the only copy left is the padding); no kernel
+    loops over the images."""
     x, w = uniform(rng, (3, 8, 9, 9)), uniform(rng, (12, 8 // groups, 3, 3))
     cx = lm.Graph()
     out = conv(cx.tensor(x.shape).set(x), cx.tensor(w.shape).set(w), None, stride, 1, 1, groups)
@@ -42,9 +43,11 @@ def test_images_are_blocks_of_one_product(rng, groups, stride) -> None:  # noqa:
     positions = (9 // stride + (9 % stride > 0)) ** 2
     (call,) = sgemm_calls(compiled)
     args = [a.strip() for a in call.split("(", 1)[1].rstrip(");").split(",")]
-    assert args[2:5] == [str(12 // groups), str(3 * positions), str(8 // groups * 9)]
+    assert call.startswith("const long long failed_ = lm_sgemm_gather(")
+    assert args[1:4] == [str(12 // groups), str(3 * positions), str(8 // groups * 9)]
     assert args[-2:] == [str(positions), str(12 * positions)]  # block width, block stride
     assert not any("lm_contract" in s for s in sources(compiled))
+    assert sum(s.startswith("\n/* contiguous */") for s in sources(compiled)) <= 1
     cx.execute()
     expected = F.conv2d(torch.tensor(x), torch.tensor(w), stride=stride, padding=1, groups=groups)
     np.testing.assert_allclose(out.numpy(), expected.numpy(), rtol=1e-4, atol=1e-4)

@@ -113,3 +113,34 @@ def test_columns_in_blocks(sgemm, rng, shape) -> None:  # noqa: ANN001
     expected = (a.astype(np.float64) @ b).reshape(m, images, width).transpose(1, 0, 2)
     np.testing.assert_allclose(c[:, :, :width], expected, rtol=1e-4, atol=1e-4)
     assert (c[:, :, width] == 7.0).all()
+
+
+@pytest.mark.parametrize(
+    ("images", "channels", "size", "out", "stride"), [(3, 5, 9, 16, 1), (2, 8, 20, 12, 2)]
+)
+def test_gathered_columns_equal_im2col(sgemm, rng, images, channels, size, out, stride) -> None:  # noqa: ANN001
+    """lm_sgemm_gather: a 3x3 convolution's columns read from the padded input through
+    the (size, stride) axes table (stride 1: runs along image rows copied whole; stride
+    2: element by element), output written as (image, channel, position)."""
+    path = toolchain.build_shared([("probe", "int lm_probe(void) { return 0; }\n")], True)
+    gather = toolchain.load(path).lm_sgemm_gather
+    gather.restype = I64
+    pointer = ctypes.c_void_p
+    gather.argtypes = [ctypes.c_int, I64, I64, I64, pointer, I64, pointer, pointer, pointer]
+    gather.argtypes += [I64, I64, I64]
+    padded = size + 2
+    side = (padded - 3) // stride + 1
+    positions, taps = side * side, channels * 9
+    x = rng.uniform(-1, 1, (images, channels, padded, padded)).astype(np.float32)
+    w = rng.uniform(-1, 1, (out, taps)).astype(np.float32)
+    table = [3, channels, padded * padded, 3, padded, 3, 1]
+    table += [3, images, channels * padded * padded, side, padded * stride, side, stride]
+    axes = np.array(table, np.int64)
+    c = np.zeros((images, out, positions), np.float32)
+    n = images * positions
+    args = (w.ctypes.data, taps, x.ctypes.data, axes.ctypes.data, c.ctypes.data)
+    assert gather(NO_TRANS, out, n, taps, *args, positions, positions, out * positions) == 0
+    windows = np.lib.stride_tricks.sliding_window_view(x, (3, 3), axis=(2, 3))
+    columns = windows[:, :, ::stride, ::stride].transpose(1, 4, 5, 0, 2, 3).reshape(taps, n)
+    expected = (w.astype(np.float64) @ columns).reshape(out, images, positions).transpose(1, 0, 2)
+    np.testing.assert_allclose(c, expected, rtol=1e-4, atol=1e-4)

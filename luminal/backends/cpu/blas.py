@@ -34,7 +34,14 @@ from luminal.graph import Edge, Graph, Node
 from luminal.kernel import ir
 from luminal.kernel.indexing import flat_index, loop_name
 from luminal.kernel.values import ValueLowering
-from luminal.schedule.contraction import classify, matrix_layout, merged_axes
+from luminal.schedule.contraction import (
+    Axes,
+    Gathered,
+    classify,
+    gathered_operand,
+    matrix_layout,
+    merged_axes,
+)
 from luminal.shape.expr import ONE, ZERO, Expr, sym
 from luminal.shape.tracker import contiguous_strides
 
@@ -105,10 +112,16 @@ def sgemm_kernel(
     frees: list[ir.Stmt] = []
     operands = []
     scratch: list[Expr] = []
-    for name, edge, rows, cols, size in (
-        ("pa", a_edge, axes.m, axes.k, (m, k)),
-        ("pb", b_edge, axes.k, axes.n, (k, n)),
+    gather = _gather(graph, node, 0 if swap else 1, axes, col_axes, index)
+    for side, (name, edge, rows, cols, size) in enumerate(
+        (
+            ("pa", a_edge, axes.m, axes.k, (m, k)),
+            ("pb", b_edge, axes.k, axes.n, (k, n)),
+        )
     ):
+        if gather is not None and side == (0 if swap else 1):
+            operands.append(Operand(w.param(gather[0].source), gather[1], NO_TRANS, ZERO))
+            continue
         operand = _in_place(graph, w, edge, axes.batch, index, rows, cols, materialised)
         if operand is None:
             fill, matrix, transposed, elements = _pack(w, edge, axes.batch, rows, cols, name)
@@ -123,19 +136,29 @@ def sgemm_kernel(
     c_off = sum((i * out_strides[d] for i, d in zip(index, axes.batch, strict=True)), ZERO)
     first, second, rows_c, cols_c = (b, a, n, m) if swap else (a, b, m, n)
     t1, t2 = (FLIP[b.trans], FLIP[a.trans]) if swap else (a.trans, b.trans)
-    call = ir.LibraryCall(
-        "lm_sgemm",
-        (
-            sym(t1), sym(t2), rows_c, cols_c, k,
-            ir.Pointer(first.param, first.offset), first.ld,
-            ir.Pointer(second.param, second.offset), second.ld,
-            ir.Pointer(0, c_off), ldc, cols_c if width is None else width, block_stride,
-        ),
-    )  # fmt: skip
+    blocks = (ir.Pointer(0, c_off), ldc, cols_c if width is None else width, block_stride)
+    if gather is None:
+        call = ir.LibraryCall(
+            "lm_sgemm",
+            (
+                sym(t1), sym(t2), rows_c, cols_c, k,
+                ir.Pointer(first.param, first.offset), first.ld,
+                ir.Pointer(second.param, second.offset), second.ld, *blocks,
+            ),
+        )  # fmt: skip
+    else:  # the second operand read from the buffer under its copy (`gathered_operand`)
+        call = ir.LibraryCall(
+            "lm_sgemm_gather",
+            (
+                sym(t1), rows_c, cols_c, k, ir.Pointer(first.param, first.offset), first.ld,
+                ir.Pointer(second.param, second.offset), ir.Var("lm_gather", ir.INDEX), *blocks,
+            ),
+            reports_alloc=True,
+        )  # fmt: skip
     body: tuple[ir.Stmt, ...] = (call,)
     for i, d in reversed(list(zip(index, axes.batch, strict=True))):
         body = (ir.Loop(_name(i), shape[d], "serial", body),)
-    computed = tuple(sorted({*w.nodes, node.id}))
+    computed = tuple(sorted({*w.nodes, node.id, *([gather[0].copy] if gather else [])}))
     return ir.Kernel(
         "sgemm",
         w.kernel_params(),
@@ -143,9 +166,37 @@ def sgemm_kernel(
         (*prologue, *body, *frees),
         computed,
         scratch=tuple(scratch),
-        prelude=_prelude(),
-        reports_faults=bool(scratch),
+        prelude=_prelude() + (gather[2] if gather else ""),
+        reports_faults=bool(scratch) or gather is not None,
     )
+
+
+def _gather(
+    graph: Graph, node: Node, side: int, axes: Axes, col_axes: list[int], index: list[Expr]
+) -> tuple[Gathered, Expr, str] | None:
+    """The operand `side` (the call's second) read from the buffer under its copy: the
+    `Gathered`, its offset per batch index, and the C declaring its axes (`lm_gather`:
+    K's, then the columns'), or None."""
+    gathered = gathered_operand(graph, node, side, graph.readers())
+    if gathered is None:
+        return None
+    offset: Expr = sym(gathered.offset)
+    for i, d in zip(index, axes.batch, strict=True):
+        parts = gathered.axes.get(d, ())
+        if len(parts) > 1:
+            return None  # a batch index would need dividing into the copy's axes
+        offset = offset + sum((i * stride for _, stride in parts), ZERO)
+    k_parts = [p for d in axes.k for p in gathered.axes.get(d, ())]
+    n_parts = [p for d in col_axes for p in gathered.axes.get(d, ())]
+    if not (0 < len(k_parts) <= GATHER_AXES and 0 < len(n_parts) <= GATHER_AXES):
+        return None
+    values = [len(k_parts), *(v for p in k_parts for v in p)]
+    values += [len(n_parts), *(v for p in n_parts for v in p)]
+    table = f"\nstatic const long long lm_gather[] = {{{', '.join(map(str, values))}}};"
+    return gathered, offset, table
+
+
+GATHER_AXES = 8  # LM_GATHER_AXES of gemm.c
 
 
 def _size(shape: Sequence[Expr], axes: list[int]) -> Expr:

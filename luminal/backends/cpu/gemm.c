@@ -108,10 +108,81 @@ static void lm_pack_a(int ta, const float* a, long long lda, long long m, long l
             out[p * LM_MR + r] = r < rows ? lm_at(a, lda, ta, i0 + r, p0 + p) : 0.0f;
 }
 
-/* columns [j0, j0 + NR) of op(B), K range [p0, p0 + kc), as a kc x NR panel */
-static void lm_pack_b(int tb, const float* b, long long ldb, long long n, long long j0,
-                      long long p0, long long kc, float* restrict out)
+/* op(B): a matrix (b, ldb, tb), or with `gather` a tensor whose K index runs over
+   gather's first axes and whose column index over the rest (see lm_sgemm_gather) */
+typedef struct {
+    int tb;
+    const float* b;
+    long long ldb;
+    const long long* gather;
+} lm_in;
+
+#define LM_GATHER_AXES 8
+
+/* offsets in the gathered tensor of `count` consecutive indices from `first` over
+   `axes` (size, stride) pairs, outermost first */
+static void lm_gather_offsets(const long long* axes, long long naxes, long long first,
+                              long long count, long long* out)
 {
+    long long digit[LM_GATHER_AXES], offset = 0, rest = first;
+    for (long long a = naxes - 1; a >= 0; a--) {
+        digit[a] = rest % axes[2 * a];
+        rest /= axes[2 * a];
+        offset += digit[a] * axes[2 * a + 1];
+    }
+    for (long long i = 0; i < count; i++) {
+        out[i] = offset;
+        for (long long a = naxes - 1; a >= 0; a--) { /* odometer: next index */
+            offset += axes[2 * a + 1];
+            if (++digit[a] < axes[2 * a]) break;
+            offset -= digit[a] * axes[2 * a + 1];
+            digit[a] = 0;
+        }
+    }
+}
+
+/* a gathered panel: element (p, j) at b[row(p) + column(j)] */
+static void lm_pack_gather(const lm_in* in, long long n, long long j0, long long p0, long long kc,
+                           float* restrict out)
+{
+    const long long* desc = in->gather;
+    const long long nk = desc[0], *k_axes = desc + 1, nn = desc[1 + 2 * nk];
+    const long long* n_axes = desc + 2 + 2 * nk;
+    const long long cols = n - j0 < LM_NR ? n - j0 : LM_NR;
+    long long column[LM_NR], row[LM_KC];
+    lm_gather_offsets(n_axes, nn, j0, cols, column);
+    for (long long x = cols; x < LM_NR; x++) column[x] = column[0];
+    lm_gather_offsets(k_axes, nk, p0, kc, row);
+    /* runs of consecutive columns (along an image row, at stride 1) are copied whole */
+    int start[LM_NR + 1], runs = 0;
+    for (int x = 0; x < cols; x++)
+        if (x == 0 || column[x] != column[x - 1] + 1) start[runs++] = x;
+    start[runs] = (int)cols;
+    for (long long p = 0; p < kc; p++) {
+        const float* src = in->b + row[p];
+        float* panel = out + p * LM_NR;
+        if (runs <= LM_NR / 8) {
+            for (int r = 0; r < runs; r++)
+                memcpy(panel + start[r], src + column[start[r]],
+                       (size_t)(start[r + 1] - start[r]) * sizeof(float));
+        } else {
+            for (long long x = 0; x < LM_NR; x++) panel[x] = src[column[x]];
+        }
+        for (long long x = cols; x < LM_NR; x++) panel[x] = 0.0f;
+    }
+}
+
+/* columns [j0, j0 + NR) of op(B), K range [p0, p0 + kc), as a kc x NR panel */
+static void lm_pack_b(const lm_in* in, long long n, long long j0, long long p0, long long kc,
+                      float* restrict out)
+{
+    if (in->gather) {
+        lm_pack_gather(in, n, j0, p0, kc, out);
+        return;
+    }
+    const int tb = in->tb;
+    const float* b = in->b;
+    const long long ldb = in->ldb;
     const long long cols = n - j0 < LM_NR ? n - j0 : LM_NR;
     if (tb == LM_NO_TRANS && cols == LM_NR) {
         for (long long p = 0; p < kc; p++)
@@ -124,8 +195,8 @@ static void lm_pack_b(int tb, const float* b, long long ldb, long long n, long l
 }
 
 /* The packed product; 1 when its memory could not be allocated (nothing written). */
-static int lm_gemm(int ta, int tb, long long m, long long n, long long k, const float* a,
-                   long long lda, const float* b, long long ldb, const lm_out* out)
+static int lm_gemm(int ta, long long m, long long n, long long k, const float* a, long long lda,
+                   const lm_in* in, const lm_out* out)
 {
     const long long m_panels = (m + LM_MR - 1) / LM_MR, n_panels = (n + LM_NR - 1) / LM_NR;
     const long long k_blocks = (k + LM_KC - 1) / LM_KC, mp = m_panels * LM_MR;
@@ -162,7 +233,7 @@ static int lm_gemm(int ta, int tb, long long m, long long n, long long k, const 
             for (long long q = 0; q < k_blocks; q++) {
                 const long long p0 = q * LM_KC, kc = k - p0 < LM_KC ? k - p0 : LM_KC;
                 for (long long jp = first; jp < last; jp++)
-                    lm_pack_b(tb, b, ldb, n, jp * LM_NR, p0, kc, bp + (jp - first) * LM_NR * kc);
+                    lm_pack_b(in, n, jp * LM_NR, p0, kc, bp + (jp - first) * LM_NR * kc);
                 for (long long ip = i0; ip < i1; ip++) {
                     const long long rows = m - ip * LM_MR < LM_MR ? m - ip * LM_MR : LM_MR;
                     const float* panel = ap + p0 * mp + ip * LM_MR * kc;
@@ -232,7 +303,8 @@ void lm_sgemm(int ta, int tb, long long m, long long n, long long k, const float
     }
     if (m >= LM_MR && n >= LM_NR && m * n * k >= LM_MIN_WORK &&
         !(omp_get_max_threads() > 1 && m * n <= LM_SPLIT_K_OUTPUT && k >= LM_SPLIT_K_MIN_K)) {
-        if (!lm_gemm(ta, tb, m, n, k, a, lda, b, ldb, &out)) return;
+        const lm_in in = {tb, b, ldb, 0};
+        if (!lm_gemm(ta, m, n, k, a, lda, &in, &out)) return;
     }
     /* the BLAS, one call per block of columns (op(B)'s columns of the block) */
     for (long long j0 = 0; j0 < n; j0 += width) {
@@ -243,4 +315,27 @@ void lm_sgemm(int ta, int tb, long long m, long long n, long long k, const float
             continue;
         lm_blas_sgemm(ta, tb, m, width, k, a, lda, bj, ldb, cj, ldc);
     }
+}
+
+/* lm_sgemm with op(B) gathered from a tensor x: `desc` is {nk, (size, stride) x nk,
+   nn, (size, stride) x nn}; B's row p is p's position over the first nk axes, its column
+   j j's over the other nn (sizes multiplying to k and n), element (p, j) at x[row offset
+   + column offset]. A convolution's im2col columns are read this way from the padded
+   input, never copied. Returns 0, or the bytes it could not allocate (nothing written). */
+long long lm_sgemm_gather(int ta, long long m, long long n, long long k, const float* a,
+                          long long lda, const float* x, const long long* desc, float* c,
+                          long long ldc, long long width, long long stride)
+{
+    if (m <= 0 || n <= 0) return 0;
+    if (width <= 0 || width > n) width = n;
+    const lm_out out = {c, ldc, width, stride};
+    if (k <= 0) {
+        for (long long i = 0; i < m; i++)
+            for (long long j = 0; j < n; j++) *lm_out_at(&out, i, j) = 0.0f;
+        return 0;
+    }
+    const lm_in in = {LM_NO_TRANS, x, 0, desc};
+    if (lm_gemm(ta, m, n, k, a, lda, &in, &out))
+        return (long long)(((m + LM_MR - 1) / LM_MR * LM_MR * k + LM_NR * LM_KC) * sizeof(float));
+    return 0;
 }

@@ -10,7 +10,9 @@ from pathlib import Path
 
 PROTOTYPE = (
     "void lm_sgemm(int, int, long long, long long, long long, const float*, long long, "
-    "const float*, long long, float*, long long, long long, long long);"
+    "const float*, long long, float*, long long, long long, long long);\n"
+    "long long lm_sgemm_gather(int, long long, long long, long long, const float*, long long, "
+    "const float*, const long long*, float*, long long, long long, long long);"
 )
 
 

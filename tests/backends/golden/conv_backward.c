@@ -23,6 +23,7 @@ void lm_contiguous_<hash>(float* restrict b0, const float* restrict b1, const lo
 
 /* ---- segment 0: nodes [24] */
 void lm_sgemm(int, int, long long, long long, long long, const float*, long long, const float*, long long, float*, long long, long long, long long);
+long long lm_sgemm_gather(int, long long, long long, long long, const float*, long long, const float*, const long long*, float*, long long, long long, long long);
 /* sgemm */
 void lm_sgemm_<hash>(float* restrict b0, const float* restrict b1, const float* restrict b2, const long long* restrict d) {
     lm_sgemm(111, 112, 72, 4, 27, b1 + 0, 27, b2 + 0, 27, b0 + 0, 4, 4, 0);
@@ -44,6 +45,7 @@ void lm_add_<hash>(float* restrict b0, const float* restrict b1, const long long
 
 /* ---- segment 0: nodes [26] */
 void lm_sgemm(int, int, long long, long long, long long, const float*, long long, const float*, long long, float*, long long, long long, long long);
+long long lm_sgemm_gather(int, long long, long long, long long, const float*, long long, const float*, const long long*, float*, long long, long long, long long);
 /* sgemm */
 void lm_sgemm_<hash>(float* restrict b0, const float* restrict b1, const float* restrict b2, const long long* restrict d) {
     lm_sgemm(112, 111, 4, 27, 72, b1 + 0, 4, b2 + 0, 27, b0 + 0, 27, 27, 0);
@@ -51,6 +53,7 @@ void lm_sgemm_<hash>(float* restrict b0, const float* restrict b1, const float* 
 
 /* ---- segment 0: nodes [27] */
 void lm_sgemm(int, int, long long, long long, long long, const float*, long long, const float*, long long, float*, long long, long long, long long);
+long long lm_sgemm_gather(int, long long, long long, long long, const float*, long long, const float*, const long long*, float*, long long, long long, long long);
 /* sgemm */
 void lm_sgemm_<hash>(float* restrict b0, const float* restrict b1, const float* restrict b2, const long long* restrict d) {
     lm_sgemm(111, 111, 72, 27, 4, b1 + 0, 4, b2 + 0, 27, b0 + 0, 27, 27, 0);

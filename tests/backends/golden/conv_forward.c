@@ -23,6 +23,7 @@ void lm_contiguous_<hash>(float* restrict b0, const float* restrict b1, const lo
 
 /* ---- segment 0: nodes [7] */
 void lm_sgemm(int, int, long long, long long, long long, const float*, long long, const float*, long long, float*, long long, long long, long long);
+long long lm_sgemm_gather(int, long long, long long, long long, const float*, long long, const float*, const long long*, float*, long long, long long, long long);
 /* sgemm */
 void lm_sgemm_<hash>(float* restrict b0, const float* restrict b1, const float* restrict b2, const long long* restrict d) {
     lm_sgemm(111, 112, 128, 4, 27, b1 + 0, 27, b2 + 0, 27, b0 + 0, 4, 4, 0);

@@ -3,6 +3,7 @@
 
 /* ---- segment 0: nodes [4] */
 void lm_sgemm(int, int, long long, long long, long long, const float*, long long, const float*, long long, float*, long long, long long, long long);
+long long lm_sgemm_gather(int, long long, long long, long long, const float*, long long, const float*, const long long*, float*, long long, long long, long long);
 /* sgemm */
 void lm_sgemm_<hash>(float* restrict b0, const float* restrict b1, const float* restrict b2, const long long* restrict d) {
     lm_sgemm(111, 111, 6, 5, 8192, b1 + 0, 8192, b2 + 0, 5, b0 + 0, 5, 5, 0);

@@ -15,6 +15,7 @@ void lm_constant_mul_exp2_<hash>(float* restrict b0, const float* restrict b1, c
 
 /* ---- segment 0: nodes [10] */
 void lm_sgemm(int, int, long long, long long, long long, const float*, long long, const float*, long long, float*, long long, long long, long long);
+long long lm_sgemm_gather(int, long long, long long, long long, const float*, long long, const float*, const long long*, float*, long long, long long, long long);
 /* sgemm */
 void lm_sgemm_<hash>(float* restrict b0, const float* restrict b1, const float* restrict b2, const long long* restrict d) {
     lm_sgemm(111, 112, 32, 24, 48, b1 + 0, 48, b2 + 0, 48, b0 + 0, 24, 24, 0);
