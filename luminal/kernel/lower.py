@@ -46,10 +46,14 @@ def loop_nest(
     work: Expr | None,
 ) -> tuple[ir.Stmt, ...]:
     """Loops over `shape`, the outermost parallel over `work` elements (`work=None`: all
-    serial). A 0-d shape is the body itself."""
+    serial). Loops of one iteration go innermost (the compiler removes them), so a
+    leading dim of 1 (one image) does not leave the parallel loop a single iteration.
+    A 0-d shape is the body itself."""
+    order = [a for a in range(len(shape)) if shape[a] != 1]
+    order += [a for a in range(len(shape)) if shape[a] == 1]
     nest = tuple(body)
-    for axis in reversed(range(len(shape))):
-        kind = "parallel" if axis == 0 and work is not None else "serial"
+    for position, axis in reversed(list(enumerate(order))):
+        kind = "parallel" if position == 0 and work is not None else "serial"
         name = _name(indices[axis])
         nest = (ir.Loop(name, shape[axis], kind, nest, work if kind == "parallel" else None),)
     return nest

@@ -71,3 +71,21 @@ def test_padded_input_of_the_next_convolution_has_no_divisions(rng) -> None:  # 
     first = F.conv2d(torch.tensor(x), torch.tensor(w1), torch.tensor(b1), padding=1)
     expected = F.conv2d(torch.relu(first), torch.tensor(w2), padding=1)
     np.testing.assert_allclose(out.numpy(), expected.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_one_image_is_not_the_parallel_loop(rng) -> None:  # noqa: ANN001
+    """A kernel over (1, channels, h, w) (one image, as in YOLO at batch 1) runs its
+    parallel loop over the channels: a first loop of one iteration would leave every
+    elementwise kernel on one thread."""
+    x = uniform(rng, (1, 16, 40, 40))
+    cx = lm.Graph()
+    t = cx.tensor(x.shape).set(x)
+    sigmoid = ((t * -1.4426950408889634).exp2() + 1.0).reciprocal()
+    out = (t * sigmoid).retrieve()  # SiLU
+    compiled = cx.compile(CPUCompiler())
+    (source,) = sources(compiled)
+    lines = source.splitlines()
+    loop = lines[next(i for i, line in enumerate(lines) if "omp parallel for" in line) + 1]
+    assert "< 16;" in loop
+    cx.execute()
+    np.testing.assert_allclose(out.numpy(), x / (1 + np.exp(-x)), rtol=1e-5, atol=1e-6)
