@@ -98,6 +98,9 @@ class CRenderer:
         DType.int32: "int",
         DType.bool: "unsigned char",
     }
+    # how a float16 element is read into float and written back (format strings)
+    half_load = "((float){})"
+    half_store = "(_Float16)({})"
     compute_types = {
         DType.float32: "float",
         DType.float16: "float",
@@ -437,7 +440,7 @@ class CRenderer:
         if dtype == DType.bfloat16:
             return f"lm_bf16_load({text})"
         if dtype == DType.float16:
-            return f"((float){text})"
+            return self.half_load.format(text)
         if dtype == DType.bool:
             return f"((int){text})"
         return text
@@ -446,9 +449,9 @@ class CRenderer:
         if dtype == DType.bfloat16:
             return f"lm_bf16_store({text})"
         if dtype == DType.float16:
-            return f"(_Float16)({text})"
+            return self.half_store.format(text)
         if dtype == DType.bool:
-            return f"(unsigned char)(({text}) != 0)"
+            return f"({self.storage_types[DType.bool]})(({text}) != 0)"
         return text
 
     def buffer(self, param: int | str) -> str:

@@ -118,21 +118,9 @@ class CUDARenderer(OpenCLRenderer):
             params.append(self.fault_param)
         return f"{self.kernel_prefix} {name}({', '.join(params)})"
 
-    # ------------------------------------------------------------------ half precision
-    def value_load(self, load: ir.Load) -> str:
-        text = f"{self.buffer(load.param)}[{self.index(load.index)}]"
-        if load.dtype == DType.float16:
-            return f"__half2float({text})"
-        return self.from_storage(text, load.dtype)
-
-    def stmt_store(self, stmt: ir.Store, depth: int) -> list[str]:
-        target = f"{self.buffer(stmt.param)}[{self.index(stmt.index)}]"
-        value = self.value(stmt.value)
-        if stmt.dtype == DType.float16:
-            return self.line(f"{target} = __float2half_rn({value});", depth)
-        return self.line(f"{target} = {self.to_storage(value, stmt.dtype)};", depth)
-
-    def to_storage(self, text: str, dtype: DType) -> str:
-        if dtype == DType.bool:
-            return f"(unsigned char)(({text}) != 0)"
-        return super().to_storage(text, dtype)
+    # ---------------------------------------------------------------- half precision
+    # plain loads and stores with converting casts, not OpenCL's vload_half/vstore_half
+    value_load = CRenderer.value_load
+    stmt_store = CRenderer.stmt_store
+    half_load = "__half2float({})"
+    half_store = "__float2half_rn({})"

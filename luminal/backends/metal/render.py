@@ -129,24 +129,11 @@ class MetalRenderer(OpenCLRenderer):
     def stmt_localmemory(self, stmt: ir.LocalMemory, depth: int) -> list[str]:
         return self.line(f"/* threadgroup {stmt.name}: declared at the top */", depth)
 
-    # ------------------------------------------------------------------ half precision
-    def value_load(self, load: ir.Load) -> str:
-        text = f"{self.buffer(load.param)}[{self.index(load.index)}]"
-        if load.dtype == DType.float16:
-            return f"((float){text})"
-        return self.from_storage(text, load.dtype)
-
-    def stmt_store(self, stmt: ir.Store, depth: int) -> list[str]:
-        target = f"{self.buffer(stmt.param)}[{self.index(stmt.index)}]"
-        value = self.value(stmt.value)
-        if stmt.dtype == DType.float16:
-            return self.line(f"{target} = (half)({value});", depth)
-        return self.line(f"{target} = {self.to_storage(value, stmt.dtype)};", depth)
-
-    def to_storage(self, text: str, dtype: DType) -> str:
-        if dtype == DType.bool:
-            return f"(uchar)(({text}) != 0)"
-        return super().to_storage(text, dtype)
+    # ---------------------------------------------------------------- half precision
+    # plain loads and stores with converting casts, not OpenCL's vload_half/vstore_half
+    value_load = CRenderer.value_load
+    stmt_store = CRenderer.stmt_store
+    half_store = "(half)({})"
 
 
 def _local_memory(body: tuple[ir.Stmt, ...]) -> list[ir.LocalMemory]:

@@ -171,11 +171,6 @@ class OpenCLRenderer(CRenderer):
             return f"lm_f16_round({self.value(cast.value)})"
         return super().value_cast(cast)
 
-    def to_storage(self, text: str, dtype: DType) -> str:
-        if dtype == DType.bool:
-            return f"(uchar)(({text}) != 0)"
-        return super().to_storage(text, dtype)
-
 
 def _axes(body: tuple[ir.Stmt, ...]) -> dict[str, int]:
     """Each gpu_global / gpu_local loop's axis: work-items of a work-group (gpu_local)
