@@ -49,7 +49,7 @@ from luminal.distributed.graph_collectives import all_gather_last_dim, all_reduc
 from luminal.errors import LuminalError, ShapeError
 from luminal.graph import Graph
 from luminal.models.decoder import CausalLM, load_tokenizer
-from luminal.nn.attention import KVCache, SelfAttention
+from luminal.nn.attention import SelfAttention
 from luminal.nn.layers import Linear
 from luminal.nn.module import _as_numpy, build_then_load
 from luminal.nn.transformer import DecoderLayer, GatedMLP
@@ -187,19 +187,8 @@ class ParallelDecoderLayer(DecoderLayer):
         super().__init__(layer.graph, *layer.parts, names=names)
         object.__setattr__(self, "communicator", communicator)
 
-    def forward(
-        self,
-        hidden_states: GraphTensor,
-        cache: KVCache | tuple[GraphTensor, GraphTensor] | None = None,
-        attn_mask: GraphTensor | None = None,
-        position_embeddings: tuple[GraphTensor, GraphTensor] | None = None,
-    ) -> tuple[GraphTensor, KVCache]:
-        attention, mlp, attention_norm, mlp_norm = self.parts
-        attended, new_cache = attention(
-            attention_norm(hidden_states), cache, attn_mask, position_embeddings
-        )
-        hidden = hidden_states + all_reduce_sum(attended, self.communicator)
-        return hidden + all_reduce_sum(mlp(mlp_norm(hidden)), self.communicator), new_cache
+    def combine(self, partial: GraphTensor) -> GraphTensor:
+        return all_reduce_sum(partial, self.communicator)
 
 
 class TensorParallelLM(CausalLM):

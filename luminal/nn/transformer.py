@@ -141,8 +141,13 @@ class DecoderLayer(Module):
         attended, new_cache = attention(
             attention_norm(hidden_states), cache, attn_mask, position_embeddings
         )
-        hidden = hidden_states + attended
-        return hidden + mlp(mlp_norm(hidden)), new_cache
+        hidden = hidden_states + self.combine(attended)
+        return hidden + self.combine(mlp(mlp_norm(hidden))), new_cache
+
+    def combine(self, partial: GraphTensor) -> GraphTensor:
+        """A sublayer's output before its residual add (a tensor-parallel layer sums the
+        ranks' partial products here)."""
+        return partial
 
 
 class LlamaDecoderLayer(DecoderLayer):
