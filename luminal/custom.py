@@ -28,6 +28,25 @@ work-groups, so the kernel checks `get_global_id(0) < numel_out`). Such a node n
 `reference=` (the reference runtime and the check against it run the numpy callable) and
 compiles only with `lm.OpenCLCompiler()`.
 
+`backend="cuda"`: CUDA C for the CUDA backend (compiled by NVRTC with the graph's
+kernels, checked by ptxas), with the ABI
+
+    extern "C" __global__ void name(OUT* out, const IN0* in0, ...,
+                                    long long numel_out, long long numel_in0, ...);
+
+launched with one thread per output element in blocks of 64 (`blockIdx.x * blockDim.x +
+threadIdx.x < numel_out`); `extern "C"` keeps the name the runtime looks up.
+`backend="metal"`: Metal Shading Language for the Metal backend,
+
+    kernel void name(device OUT* out [[buffer(0)]], device const IN0* in0 [[buffer(1)]],
+                     ..., constant long& numel_out [[buffer(n + 1)]], ...,
+                     uint3 gid [[thread_position_in_grid]]);
+
+Several backends at once: pass `{backend: source}` as the source (`name=` or the first
+function of each source must be the same); each compiler takes its own, and one with no
+source for its backend raises CompileError naming the kernel and the backends it has. A
+mapping holding "c" needs no `reference=` (the C is the oracle).
+
 `reference=` gives the reference runtime a numpy callable instead (`reference(*inputs)`
 on contiguous arrays in their storage dtypes, returning the output): the oracle the
 compiled C is then checked against (luminal.quant's packed-weight kernels use it).
@@ -39,15 +58,15 @@ from __future__ import annotations
 
 import ctypes
 import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from luminal import ops
 from luminal.dtype import as_dtype, float32
-from luminal.errors import ExecutionError, GraphError, ShapeError
+from luminal.errors import CompileError, ExecutionError, GraphError, ShapeError
 from luminal.reference import kernels
 from luminal.shape.expr import ExprLike
 
@@ -59,13 +78,33 @@ class CustomKernel(ops.Op):
     function: str
     source: str
     reference: Callable[..., np.ndarray] | None = None
-    backend: str = "c"  # "c" (every backend) or "opencl" (OpenCL C, OpenCL backend only)
+    backend: str = "c"  # the language of `source`: one of BACKENDS
+    others: tuple[tuple[str, str], ...] = ()  # (backend, source) for further backends
     arity = None
+
+    @property
+    def backends(self) -> tuple[str, ...]:
+        """The backends this kernel has a source for, `backend` first."""
+        return (self.backend, *(b for b, _ in self.others))
+
+    def for_backend(self, backend: str) -> CustomKernel:
+        """This kernel with `backend`'s source as its only one; CompileError naming the
+        kernel and the backends it has when there is none."""
+        if backend == self.backend and not self.others:
+            return self
+        sources = dict(((self.backend, self.source), *self.others))
+        if backend not in sources:
+            raise CompileError(
+                f"custom kernel '{self.function}' has no {backend} source (it has "
+                f"{', '.join(self.backends)}); pass {{{backend!r}: source, ...}} to "
+                "lm.custom_kernel"
+            )
+        return replace(self, source=sources[backend], backend=backend, others=())
 
 
 def custom_kernel(
     inputs: Sequence[Any],
-    c_source: str,
+    c_source: str | Mapping[str, str],
     output_shape: Sequence[ExprLike],
     dtype: Any = float32,
     name: str | None = None,
@@ -75,37 +114,52 @@ def custom_kernel(
     """Add a node running `c_source`'s function on `inputs`; returns its output tensor.
     `name` is the C function to call (default: the first non-static void function
     defined; prototypes do not count); `reference` its numpy equivalent, which the
-    reference runtime runs instead of the C; `backend="opencl"` for OpenCL C (see the
-    module docstring)."""
+    reference runtime runs instead of the C; `backend="opencl"`, `"cuda"` or `"metal"`
+    for a device language, or a `{backend: source}` mapping as `c_source` for several
+    (see the module docstring)."""
     if not inputs:
         raise GraphError("custom_kernel: needs at least one input tensor")
-    if backend not in BACKENDS:
-        raise GraphError(f"custom_kernel: backend {backend!r} is not one of {BACKENDS}")
-    if backend != "c" and reference is None:
+    sources = dict(c_source) if isinstance(c_source, Mapping) else {backend: c_source}
+    if not sources:
+        raise GraphError("custom_kernel: the source mapping is empty")
+    for language in sources:
+        if language not in BACKENDS:
+            raise GraphError(f"custom_kernel: backend {language!r} is not one of {BACKENDS}")
+    if "c" not in sources and reference is None:
         raise GraphError(
-            f"custom_kernel: a {backend} kernel needs reference= (a numpy equivalent): the "
-            "reference runtime runs only C"
+            f"custom_kernel: a {'/'.join(sources)} kernel needs reference= (a numpy "
+            "equivalent): the reference runtime runs only C"
         )
-    graph = inputs[0].graph
-    function = name or _first_function(c_source)
-    if function is None or f"{function}(" not in c_source.replace(" (", "("):
-        raise GraphError(
-            f"custom_kernel: cannot find the C function {function!r} in the source; pass name="
-        )
+    primary = "c" if "c" in sources else next(iter(sources))
+    function = name or _first_function(sources[primary])
+    for language, source in sources.items():
+        if function is None or f"{function}(" not in source.replace(" (", "("):
+            raise GraphError(
+                f"custom_kernel: cannot find the function {function!r} in the {language} "
+                "source; pass name="
+            )
     for dim in output_shape:
         if isinstance(dim, int) and dim < 0:
             raise ShapeError(f"custom_kernel '{function}': negative output dim in {output_shape}")
+    others = tuple((b, text) for b, text in sources.items() if b != primary)
+    op = CustomKernel(function, sources[primary], reference, primary, others)
+    graph = inputs[0].graph
     with graph.atomic():
         contiguous = [t.contiguous() for t in inputs]
-        return graph.add_node(
-            CustomKernel(function, c_source, reference, backend),
-            contiguous,
-            tuple(output_shape),
-            as_dtype(dtype),
-        )
+        return graph.add_node(op, contiguous, tuple(output_shape), as_dtype(dtype))
 
 
-BACKENDS = ("c", "opencl")
+def narrow_to(graph: Any, backend: str) -> None:
+    """Give every custom kernel of `graph` only `backend`'s source (a GPU compiler does
+    this before lowering); CompileError naming the kernel and the backends it has where
+    it has none."""
+    for node_id, node in list(graph.nodes.items()):
+        op = node.op
+        if isinstance(op, CustomKernel) and (op.backend != backend or op.others):
+            graph.nodes[node_id] = replace(node, op=op.for_backend(backend))
+
+
+BACKENDS = ("c", "opencl", "cuda", "metal")
 _COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.DOTALL)
 _VOID_FUNCTION = re.compile(
     r"(\bstatic\s+(?:inline\s+)?)?\b(?:__kernel\s+|kernel\s+)?void\s+([A-Za-z_]\w*)\s*\("

@@ -17,6 +17,7 @@ from luminal.backends.cpu.verify import check_inputs, output_views, reference_ou
 from luminal.backends.gpu_runtime import GpuCompiledGraph, GpuDevice
 from luminal.compiler.egraph import EGraphCompiler
 from luminal.compiler.passes import GenericCompiler
+from luminal.custom import narrow_to
 from luminal.errors import CompileError
 from luminal.graph import Graph
 from luminal.kernel.gpu import GpuProgram, lower_gpu
@@ -33,6 +34,7 @@ class GpuCompiler:
     reference runtime on the same inputs and raises CompileError when they differ."""
 
     name = "GpuCompiler"
+    language: str | None = None  # custom kernels' source language ("opencl", "cuda", ...)
 
     def __init__(
         self, mode: Any = "fast", verify: bool = True, rtol: float = 1e-3, atol: float = 1e-4
@@ -60,6 +62,8 @@ class GpuCompiler:
         graph.compile(GenericCompiler())
         graph.compile(EGraphCompiler(rulesets=RULESETS))
         graph.compile(GenericCompiler())
+        if self.language is not None:
+            narrow_to(graph, self.language)
         return self.program(graph)
 
     def compile(self, graph: Graph) -> GpuCompiledGraph:

@@ -35,7 +35,7 @@ class CudaBackend:
             parallelism="cuda-threads",
             vector_bits=(),
             python_functions=True,
-            custom_kernels=False,
+            custom_kernels=True,
         )
 
     def device_id(self) -> str:

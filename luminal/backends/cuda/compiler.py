@@ -30,6 +30,7 @@ class CUDACompiler(GpuCompiler):
     every GPU compiler (`luminal.backends.gpu_compiler.GpuCompiler`)."""
 
     name = "CUDACompiler"
+    language = "cuda"
 
     def __init__(
         self,

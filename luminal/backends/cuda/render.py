@@ -9,16 +9,22 @@ graph, the fault record) with CUDA's spellings.
   `__syncthreads()`.
 - float16 is stored as `half` (`cuda_fp16.h`) and computes in float, as everywhere;
   bfloat16 is stored as its bits (`unsigned short`), converted as on the CPU.
+- Work-item loops on axes 1 and 2 are grid-stride loops: a grid holds at most 65535
+  blocks on y and z, so the runtime caps the grid there and the kernel loops over the
+  rest (`luminal.backends.launch_limits`); a block over 1024 threads is a CompileError.
+- A custom kernel (`lm.custom_kernel(..., backend="cuda")`) is the user's source as it
+  is, in the same module.
 - An index out of range records {1, value, bound, launch} in the fault record with
   `atomicCAS`: the first fault of the run wins.
 """
 
 from __future__ import annotations
 
+from luminal.backends import launch_limits
 from luminal.backends.opencl.render import OpenCLRenderer
 from luminal.dtype import DType
 from luminal.kernel import ir
-from luminal.kernel.gpu import Launch
+from luminal.kernel.gpu import Launch, custom_kernel_source
 from luminal.render.c import CRenderer, dim_name
 
 PRELUDE = r"""/* luminal CUDA helpers: numpy's semantics where C's differ or trap */
@@ -81,6 +87,7 @@ class CUDARenderer(OpenCLRenderer):
     math_functions = {"sqrt": "sqrtf", "sin": "sinf", "exp2": "exp2f", "log2": "log2f"}
     fault_param = "int* __restrict__ lm_fault, int lm_site"
     prelude = PRELUDE
+    custom_language = "cuda"  # `lm.custom_kernel(..., backend="cuda")` sources run as they are
 
     def program(self, launches: list[Launch]) -> tuple[list[str], str]:
         """The kernel name of every launch and the module holding them: the helpers, each
@@ -88,10 +95,12 @@ class CUDARenderer(OpenCLRenderer):
         names: list[str] = []
         sources: dict[str, str] = {}
         for launch in launches:
+            launch_limits.check_block(launch)
             name, source = self.render_launch(launch)
             names.append(name)
             sources.setdefault(name, source)
-        preludes = dict.fromkeys(launch.kernel.prelude for launch in launches)
+        own = [x for x in launches if custom_kernel_source(x.kernel) is None]
+        preludes = dict.fromkeys(launch.kernel.prelude for launch in own)
         kernels = "".join(sources[n] for n in sorted(sources))
         return names, self.prelude + "".join(preludes) + kernels
 
@@ -99,9 +108,25 @@ class CUDARenderer(OpenCLRenderer):
     # (OpenCLRenderer overrides them with OpenCL built-ins)
     local_qualifier = "__shared__"
     barrier_text = "__syncthreads();"
-    gpu_loop = CRenderer.gpu_loop
     stmt_localmemory = CRenderer.stmt_localmemory
     stmt_barrier = CRenderer.stmt_barrier
+
+    def gpu_loop(self, loop: ir.Loop, depth: int) -> list[str]:
+        """Axis 0 and work-group loops: one work-item per index, guarded by the extent.
+        Axes 1 and 2: a grid-stride loop, since a grid holds at most 65535 blocks there
+        (the runtime caps the grid; every block runs the same iterations, so barriers
+        inside stay uniform)."""
+        axis = self._axes[loop.var]
+        if loop.kind == "gpu_local" or axis == 0:
+            return CRenderer.gpu_loop(self, loop, depth)
+        a, name, extent = AXES[axis], loop.var, self.index(loop.extent)
+        step = f"(long long)gridDim.{a} * blockDim.{a}"
+        head = f"for ({self.index_type} {name} = {self.gpu_index(loop)}; {name} < {extent}; "
+        return [
+            *self.line(f"{head}{name} += {step}) {{", depth),
+            *self.statements(loop.body, depth + 1),
+            *self.line("}", depth),
+        ]
 
     def gpu_index(self, loop: ir.Loop) -> str:
         """The work-item's id on its loop's axis: global for `gpu_global`, within the

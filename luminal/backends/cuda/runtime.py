@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from luminal.backends import launch_limits
 from luminal.backends.cuda import toolchain
 from luminal.backends.cuda.render import CUDARenderer
 from luminal.backends.cuda.toolchain import DEFAULT_ARCHES, CudaModule
@@ -89,6 +90,7 @@ class BoundKernel:
     function: Any
     values: list[Any]
     pointers: Any
+    name: str = ""
 
 
 class CudaDevice:
@@ -213,13 +215,14 @@ class CudaDevice:
         scalars (int64 dims, the int32 launch site) at their own width."""
         values = [_argument(a) for a in args]
         pointers = (ctypes.c_void_p * max(len(values), 1))(*[ctypes.addressof(v) for v in values])
-        return BoundKernel(self._functions[name], values, pointers)
+        return BoundKernel(self._functions[name], values, pointers, name)
 
     def launch(
         self, bound: BoundKernel, global_size: tuple[int, ...], local: tuple[int, ...]
     ) -> None:
-        """`global_size` work-items per axis (whole work-groups): grid = global / local."""
-        grid = _dim3([g // size for g, size in zip(global_size, local, strict=True)])
+        """`global_size` work-items per axis (whole work-groups): grid = global / local,
+        y and z capped at CUDA's 65535 (the kernels loop over the rest)."""
+        grid = launch_limits.grid(bound.name, global_size, local)
         arguments = ctypes.addressof(bound.pointers)
         (result,) = _driver().cuLaunchKernel(
             bound.function, *grid, *_dim3(local), 0, self.stream, arguments, 0

@@ -138,6 +138,7 @@ def _build_arch(source: str, kernels: tuple[str, ...], arch: str, name: str) -> 
         return ArchBinary(arch, ptx, cubin)
     ptx = nvrtc.compile_source(source, name, nvrtc.virtual_arch(arch), OPTIONS).ptx
     _bump("nvrtc")
+    _check_entries(ptx, kernels, arch)
     if ptxas.find() is not None:
         cubin = ptxas.assemble(ptx, arch, kernels)
         _bump("ptxas")
@@ -149,6 +150,17 @@ def _build_arch(source: str, kernels: tuple[str, ...], arch: str, name: str) -> 
         cache_files.write_private(path, data)
         cache_files.record(path, key, build, inputs, durable=False)
     return ArchBinary(arch, ptx, cubin)
+
+
+def _check_entries(ptx: bytes, kernels: tuple[str, ...], arch: str) -> None:
+    """CompileError for a kernel the module does not export under its own name (a custom
+    kernel without `extern "C"` gets a C++-mangled name the runtime cannot look up)."""
+    absent = [k for k in kernels if f".entry {k}(".encode() not in ptx]
+    if absent:
+        raise CompileError(
+            f"CUDA: kernel(s) {absent} are not exported under their names for {arch}; a "
+            'kernel must be declared extern "C" __global__ void name(...)'
+        )
 
 
 def _cached(path: Path, key: str, build: str) -> bytes | None:

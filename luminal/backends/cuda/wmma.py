@@ -10,8 +10,10 @@ not merge into M, N, K and batch, a float32 product) gets the default loop kerne
 
 Operands are staged through shared memory element by element with their strides, zero
 padded past M, N and K, so any layout (transposed, batched, unaligned sizes) takes the
-same path; the problem's sizes, offsets and strides are expressions of the dims, passed
-as the kernel's `numel` array (`ir.Call`'s counts), in the order of `PROBLEM`.
+same path. A grid holds at most 65535 blocks on y and z: the runtime caps the grid and
+each block loops over the M tiles and batches past it. The problem's sizes, offsets and
+strides are expressions of the dims, passed as the kernel's `numel` array (`ir.Call`'s
+counts), in the order of `PROBLEM`.
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ from luminal.shape.tracker import contiguous_strides
 
 TILE = 32  # output tile per block (2x2 warps of 16x16)
 THREADS = 128
-MAX_GRID_YZ = 65535  # CUDA's limit on a grid's y and z sizes
 NEEDS = {DType.float16: 70, DType.bfloat16: 80}  # oldest architecture with WMMA for it
 STORAGE = {
     DType.float16: ("half", "__half2float", "__float2half_rn"),
@@ -53,9 +54,7 @@ __device__ void lm_wmma_{name}(void* c_out, const void* a_in, const void* b_in,
     const T* b = (const T*)b_in;
     T* c = (T*)c_out;
     const long long M = p[0], N = p[1], K = p[2];
-    const long long z = blockIdx.z;
-    const long long m0 = (long long)blockIdx.y * 32, n0 = (long long)blockIdx.x * 32;
-    const long long a0 = p[4] + z * p[7], b0 = p[8] + z * p[11], c0 = z * p[14];
+    const long long n0 = (long long)blockIdx.x * 32;
     __shared__ __align__(32) T a_tile[32 * 24];   /* 32 rows of 16, ldm 24 */
     __shared__ __align__(32) T b_tile[16 * 40];   /* 16 rows of 32, ldm 40 */
     __shared__ __align__(32) float c_tile[32 * 36]; /* 32 rows of 32, ldm 36 */
@@ -64,8 +63,12 @@ __device__ void lm_wmma_{name}(void* c_out, const void* a_in, const void* b_in,
     wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
     wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> fb;
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-    wmma::fill_fragment(acc, 0.0f);
     const T zero = {from_float}(0.0f);
+    /* a grid holds at most 65535 blocks on y and z: the block loops over the rest */
+    for (long long z = blockIdx.z; z < p[3]; z += gridDim.z)
+    for (long long m0 = (long long)blockIdx.y * 32; m0 < M; m0 += (long long)gridDim.y * 32) {{
+    const long long a0 = p[4] + z * p[7], b0 = p[8] + z * p[11], c0 = z * p[14];
+    wmma::fill_fragment(acc, 0.0f);
     for (long long k0 = 0; k0 < K; k0 += 16) {{
         for (int e = t; e < 32 * 16; e += 128) {{
             const long long m = m0 + e / 16, k = k0 + e % 16;
@@ -89,6 +92,8 @@ __device__ void lm_wmma_{name}(void* c_out, const void* a_in, const void* b_in,
         const long long m = m0 + e / 32, n = n0 + e % 32;
         if (m < M && n < N)
             c[c0 + m * p[12] + n * p[13]] = {from_float}(c_tile[(e / 32) * 36 + e % 32]);
+    }}
+    __syncthreads(); /* c_tile is read before the next tile overwrites it */
     }}
 }}
 """
@@ -165,8 +170,6 @@ def special_kernel(
         sizes["m"].ceildiv(TILE),
         sizes["batch"],
     )
-    if any((size.as_int() or 0) > MAX_GRID_YZ for size in global_size[1:]):
-        return None  # more tiles of M or batches than a grid's y and z hold
     return Launch(kernel, global_size, (THREADS, 1, 1))
 
 

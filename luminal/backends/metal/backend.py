@@ -36,7 +36,7 @@ class MetalBackend:
             parallelism="metal-threads",
             vector_bits=(),
             python_functions=True,
-            custom_kernels=False,
+            custom_kernels=True,
         )
 
     def device_id(self) -> str:

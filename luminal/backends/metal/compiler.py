@@ -19,6 +19,7 @@ class MetalCompiler(GpuCompiler):
     `atol` as for every GPU compiler, `luminal.backends.gpu_compiler.GpuCompiler`)."""
 
     name = "MetalCompiler"
+    language = "metal"
 
     def open_device(self) -> MetalDevice:
         return MetalDevice()  # CompileError off Apple hardware

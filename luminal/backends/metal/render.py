@@ -10,15 +10,19 @@ one library per graph, the fault record) with Metal's spellings.
   function scope), barriers are `threadgroup_barrier(mem_flags::mem_threadgroup)`.
 - float16 is Metal's own `half` (computing in float, as everywhere); bfloat16 is stored
   as its bits (`ushort`) and converted as on the CPU.
+- A custom kernel (`lm.custom_kernel(..., backend="metal")`) is the user's source as it
+  is, in the same library; a threadgroup over 1024 threads is a CompileError.
 - The library is compiled without fast math (`runtime.MetalDevice`), so NaN and the
   infinities keep their meaning.
 """
 
 from __future__ import annotations
 
+from luminal.backends import launch_limits
 from luminal.backends.opencl.render import OpenCLRenderer
 from luminal.dtype import DType
 from luminal.kernel import ir
+from luminal.kernel.gpu import Launch
 from luminal.render.c import CRenderer, dim_name
 
 PRELUDE = r"""/* luminal Metal helpers: numpy's semantics where C's differ or trap */
@@ -85,10 +89,17 @@ class MetalRenderer(OpenCLRenderer):
     restrict = ""
     math_functions = {"sqrt": "sqrt", "sin": "sin", "exp2": "exp2", "log2": "log2"}
     prelude = PRELUDE
+    custom_language = "metal"  # `lm.custom_kernel(..., backend="metal")` sources run as they are
 
     def __init__(self) -> None:
         super().__init__()
         self._locals: list[ir.LocalMemory] = []
+
+    def program(self, launches: list[Launch]) -> tuple[list[str], str]:
+        """The library, once every launch's threadgroup is one a GPU runs (<= 1024)."""
+        for launch in launches:
+            launch_limits.check_block(launch, "Metal")
+        return super().program(launches)
 
     def signature(self, kernel: ir.Kernel, name: str) -> str:
         params = [self.param(position, p) for position, p in enumerate(kernel.params)]
