@@ -66,3 +66,37 @@ def test_gather_out_of_range_is_an_execution_error() -> None:
     index.set(np.array([1, 9], np.int32))
     with pytest.raises(lm.ExecutionError, match="index 9 is out of range"):
         cx.execute()
+
+
+def test_a_custom_cuda_kernel_runs_between_generated_ones(rng: np.random.Generator) -> None:
+    from tests.backends.cuda.test_custom import CUDA, ScaledAdd, graph
+
+    cx, a, b, out = graph(rng, CUDA, reference=ScaledAdd(), backend="cuda")
+    cx.compile(lm.CUDACompiler())  # verified against the numpy reference
+    for rows in (70, 3):
+        data = rng.uniform(-2, 2, (rows, 5)).astype(np.float32)
+        a.set(data)
+        cx.execute()
+        expected = (2 * np.exp(data) + b.numpy() + 1).sum(-1)
+        np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_grids_past_65535_blocks_on_y_and_z(rng: np.random.Generator) -> None:
+    """An elementwise kernel with 70000 on axis 2, a row softmax with 70000 rows on axis
+    1 and a tensor-core product of 70000 batches: the grid is capped, the kernels loop."""
+    cx = lm.Graph()
+    x_data = rng.standard_normal((70000, 2, 8)).astype(np.float32)
+    r_data = rng.standard_normal((70000, 256)).astype(np.float32)
+    a_data = rng.uniform(-1, 1, (70000, 16, 16)).astype(np.float16)
+    b_data = rng.uniform(-1, 1, (16, 16)).astype(np.float16)
+    x, r = cx.tensor((70000, 2, 8)).set(x_data), cx.tensor((70000, 256)).set(r_data)
+    a = cx.tensor((70000, 16, 16), dtype=lm.float16).set(a_data)
+    b = cx.tensor((16, 16), dtype=lm.float16).set(b_data)
+    scaled, soft, product = (x * 2.0 + 1.0).retrieve(), r.softmax(-1).retrieve(), (a @ b).retrieve()
+    cx.compile(lm.CUDACompiler(rtol=1e-2, atol=1e-2))
+    cx.execute()
+    np.testing.assert_allclose(scaled.numpy(), x_data * 2 + 1, rtol=1e-6)
+    e = np.exp(r_data - r_data.max(-1, keepdims=True))
+    np.testing.assert_allclose(soft.numpy(), e / e.sum(-1, keepdims=True), rtol=1e-4, atol=1e-6)
+    exact = a_data.astype(np.float32) @ b_data.astype(np.float32)
+    np.testing.assert_allclose(product.numpy().astype(np.float32), exact, rtol=1e-2, atol=1e-2)

@@ -43,3 +43,13 @@ def test_half_precision_matches_numpy(rng: np.random.Generator) -> None:
     cx.execute()
     expected = (np.exp(data.astype(np.float32)) * 2).sum(-1)
     np.testing.assert_allclose(out.numpy().astype(np.float32), expected, rtol=1e-2, atol=1e-2)
+
+
+def test_a_custom_metal_kernel_runs_between_generated_ones(rng: np.random.Generator) -> None:
+    from tests.backends.cuda.test_custom import METAL, ScaledAdd, graph
+
+    cx, a, b, out = graph(rng, METAL, reference=ScaledAdd(), backend="metal")
+    cx.compile(lm.MetalCompiler())  # verified against the numpy reference
+    cx.execute()
+    expected = (2 * np.exp(a.numpy()) + b.numpy() + 1).sum(-1)
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5, atol=1e-5)
