@@ -141,6 +141,27 @@ static void lm_gather_offsets(const long long* axes, long long naxes, long long 
     }
 }
 
+/* d[e] = s[2 e] for e < count: pairs of vectors, even elements kept (the last pair
+   starts one element early so that nothing past s[2 (count - 1)] is read) */
+static inline void lm_copy_even(float* restrict d, const float* restrict s, int count)
+{
+    typedef int lm_ivec __attribute__((vector_size(LM_VW * sizeof(int))));
+    lm_ivec even, tail;
+    for (int e = 0; e < LM_VW; e++) {
+        even[e] = 2 * e;
+        tail[e] = e < LM_VW / 2 ? 2 * e : 2 * e + 1;
+    }
+    int e = 0;
+    for (; e + LM_VW < count; e += LM_VW)
+        lm_vstore(d + e, __builtin_shuffle(lm_vload(s + 2 * e), lm_vload(s + 2 * e + LM_VW), even));
+    if (e + LM_VW == count) {
+        const lm_vec low = lm_vload(s + 2 * e), high = lm_vload(s + 2 * e + LM_VW - 1);
+        lm_vstore(d + e, __builtin_shuffle(low, high, tail));
+        return;
+    }
+    for (; e < count; e++) d[e] = s[2 * e];
+}
+
 /* a gathered panel: element (p, j) at b[row(p) + column(j)] */
 static void lm_pack_gather(const lm_in* in, long long n, long long j0, long long p0, long long kc,
                            float* restrict out)
@@ -153,18 +174,30 @@ static void lm_pack_gather(const lm_in* in, long long n, long long j0, long long
     lm_gather_offsets(n_axes, nn, j0, cols, column);
     for (long long x = cols; x < LM_NR; x++) column[x] = column[0];
     lm_gather_offsets(k_axes, nk, p0, kc, row);
-    /* runs of consecutive columns (along an image row, at stride 1) are copied whole */
-    int start[LM_NR + 1], runs = 0;
-    for (int x = 0; x < cols; x++)
-        if (x == 0 || column[x] != column[x - 1] + 1) start[runs++] = x;
+    /* runs of columns 1 apart (along an image row at stride 1) are copied whole, runs 2
+       apart (stride 2) as even elements of vector pairs */
+    int start[LM_NR + 1], step[LM_NR], runs = 0;
+    for (int x = 0; x < cols;) {
+        const long long gap = x + 1 < cols ? column[x + 1] - column[x] : 1;
+        const int s = gap == 1 || gap == 2 ? (int)gap : 0;
+        int end = x + 1;
+        while (s && end < cols && column[end] - column[end - 1] == s) end++;
+        start[runs] = x;
+        step[runs++] = s ? s : 1;
+        x = end;
+    }
     start[runs] = (int)cols;
     for (long long p = 0; p < kc; p++) {
         const float* src = in->b + row[p];
         float* panel = out + p * LM_NR;
         if (runs <= LM_NR / 8) {
-            for (int r = 0; r < runs; r++)
-                memcpy(panel + start[r], src + column[start[r]],
-                       (size_t)(start[r + 1] - start[r]) * sizeof(float));
+            for (int r = 0; r < runs; r++) {
+                const int count = start[r + 1] - start[r];
+                if (step[r] == 1)
+                    memcpy(panel + start[r], src + column[start[r]], (size_t)count * sizeof(float));
+                else
+                    lm_copy_even(panel + start[r], src + column[start[r]], count);
+            }
         } else {
             for (long long x = 0; x < LM_NR; x++) panel[x] = src[column[x]];
         }
