@@ -54,6 +54,10 @@ def value(v: ir.Value) -> str:
         return f"cast<{_type(v.target)}>({value(v.value)})"
     if isinstance(v, ir.Var):
         return v.name
+    if isinstance(v, ir.VectorLoad):
+        return f"{_buffer(v.param)}[{_index(v.index)} : +{v.width}]"
+    if isinstance(v, ir.Lane):
+        return f"{value(v.vector)}.{v.lane}"
     return repr(v)
 
 
@@ -78,6 +82,9 @@ def _stmt(s: ir.Stmt, depth: int) -> list[str]:
         return [f"{pad}{s.name} {s.op}= {value(s.value)}"]
     if isinstance(s, ir.Store):
         return [f"{pad}{_buffer(s.param)}[{_index(s.index)}] = {value(s.value)}"]
+    if isinstance(s, ir.VectorStore):
+        values = ", ".join(value(x) for x in s.values)
+        return [f"{pad}{_buffer(s.param)}[{_index(s.index)} : +{len(s.values)}] = ({values})"]
     if isinstance(s, ir.Scope):
         return [f"{pad}scope:", *_block(s.body, depth + 1)]
     if isinstance(s, ir.If):

@@ -41,7 +41,7 @@ from luminal.kernel.lower import (
     row_kernel,
     scatter_kernel,
 )
-from luminal.kernel.transforms import Opt, apply_opts, opts_name
+from luminal.kernel.transforms import IllegalTransform, Opt, apply_opts, opts_name
 from luminal.schedule.fusion import plan_fusion
 from luminal.shape.expr import ONE, Expr, product
 
@@ -54,16 +54,21 @@ NESTED_KINDS = ("parallel", "serial", "gpu_global")
 @dataclass(frozen=True)
 class Choice:
     """The schedule knobs of one node's launches: `group` work-items per work-group (a
-    row shared by a work-group: its width; None: the lowering's default) and `opts`
-    applied to every launch's kernel after the work-item loops are formed."""
+    row shared by a work-group: its width; None: the lowering's default), `vector`
+    elements per work-item on axis 0 with wide loads and stores (`transforms.lanes`; 1:
+    none) and `opts` applied to every launch's kernel after the work-item loops are
+    formed."""
 
     group: int | None = None
     opts: tuple[Opt, ...] = field(default=())
+    vector: int = 1
 
     @property
     def name(self) -> str:
-        """Stable name for cached choices: `default`, `local(128)`, `unroll(r0_,4)`."""
+        """Stable name for cached choices: `default`, `local(128)`, `vector(4)`,
+        `unroll(r0_,4)`."""
         parts = [f"local({self.group})"] if self.group else []
+        parts += [f"vector({self.vector})"] if self.vector > 1 else []
         parts += [opts_name(self.opts)] if self.opts else []
         return "+".join(parts) or "default"
 
@@ -237,7 +242,7 @@ def to_gpu(kernel: ir.Kernel, choice: Choice = DEFAULT_CHOICE) -> list[Launch]:
         parts = [(s,) for s in body]  # independent nests in order: one launch each
     else:
         parts = [body]
-    launches = [_launch(replace(kernel, body=part), choice.group) for part in parts]
+    launches = [_launch(replace(kernel, body=part), choice.group, choice.vector) for part in parts]
     if not choice.opts:
         return launches
     return [share_staging(replace(x, kernel=apply_opts(x.kernel, choice.opts))) for x in launches]
@@ -290,8 +295,10 @@ def _replace_loop(body: tuple[ir.Stmt, ...], old: ir.Loop, new: ir.Loop) -> tupl
     return tuple(out)
 
 
-def _launch(kernel: ir.Kernel, group: int | None = None) -> Launch:
+def _launch(kernel: ir.Kernel, group: int | None = None, vector: int = 1) -> Launch:
     chain = _work_item_chain(kernel.body)
+    if not chain and vector > 1:
+        raise IllegalTransform(f"vector({vector}) on kernel {kernel.label!r}: no work-item loop")
     if not chain:
         return Launch(kernel, (ONE,), (1,))
     innermost_body = chain[-1].body
@@ -299,6 +306,9 @@ def _launch(kernel: ir.Kernel, group: int | None = None) -> Launch:
     width = row_width(innermost_body)
     if width is not None and group is not None:
         width = group
+    if width is not None and vector > 1:
+        why = "its rows are shared by a work-group"
+        raise IllegalTransform(f"vector({vector}) on kernel {kernel.label!r}: {why}")
     if width is not None:  # a work-group per row: local id on axis 0, rows on 1 and 2
         memory, shared = cooperative(innermost_body, width)
         group = (ir.Loop(LID, ONE * width, "gpu_local", shared),)
@@ -307,8 +317,12 @@ def _launch(kernel: ir.Kernel, group: int | None = None) -> Launch:
         local = (width, *(1 for _ in axes))
         return Launch(replace(kernel, body=(*memory, *body)), extents, local)
     body, axes = _gpu_loops(loops, innermost_body, MAX_AXES)
+    kernel = replace(kernel, body=body)
     extents = tuple(extent for _, extent in axes)
-    return Launch(replace(kernel, body=body), extents, local_size(extents, group or GROUP))
+    if vector > 1:  # axis 0's work-items each do `vector` consecutive elements
+        kernel = Opt("lanes", axes[0][0], vector).apply(kernel)
+        extents = (innermost_work_loop(kernel.body).extent, *extents[1:])  # type: ignore[union-attr]
+    return Launch(kernel, extents, local_size(extents, group or GROUP))
 
 
 def _work_item_chain(body: tuple[ir.Stmt, ...]) -> list[ir.Loop]:

@@ -30,7 +30,24 @@ from luminal.dtype import DType
 from luminal.shape.expr import Expr
 
 INDEX: Literal["index"] = "index"
-Type = DType | Literal["index"]
+
+
+@dataclass(frozen=True)
+class Vec:
+    """The type of `width` consecutive lanes of `dtype`'s compute type (a `VectorLoad`
+    and the local it is declared in): OpenCL/CUDA/Metal `float4`, `float2`, `int4`."""
+
+    dtype: DType
+    width: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.dtype.name}x{self.width}"
+
+
+Type = DType | Literal["index"] | Vec
+# element types a vector access may move: 4-byte types and float16 (read as float)
+VECTOR_DTYPES = (DType.float32, DType.int32, DType.float16)
 
 # ALU operations, one per primitive computation (plus `max`, the reduction combine).
 # Integer ones wrap (add, mul) and never trap (mod by 0 or -1 gives 0) and float mod is
@@ -73,6 +90,27 @@ class Load(Value):
     param: int | str
     index: Expr
     dtype: DType
+
+
+@dataclass(frozen=True)
+class VectorLoad(Value):
+    """Elements `index` .. `index + width - 1` of buffer parameter `param`, stored as
+    `dtype` (one of `VECTOR_DTYPES`), as one `Vec(dtype, width)` value. `index` is a
+    multiple of `width` (the transform that makes it proves so), so the address is
+    aligned to the whole vector; renderers emit one wide access (`vload4`, `float4`)."""
+
+    param: int
+    index: Expr
+    dtype: DType
+    width: int
+
+
+@dataclass(frozen=True)
+class Lane(Value):
+    """Lane `lane` (0-based) of a vector value (a `Var` of a `Vec` local)."""
+
+    vector: Value
+    lane: int
 
 
 @dataclass(frozen=True)
@@ -122,6 +160,11 @@ def type_of(value: Value) -> Type:
         return type_of(value.a)
     if isinstance(value, Cast):
         return value.target
+    if isinstance(value, VectorLoad):
+        return Vec(value.dtype, value.width)
+    if isinstance(value, Lane):
+        vector = type_of(value.vector)
+        return vector.dtype if isinstance(vector, Vec) else vector
     return value.dtype  # type: ignore[attr-defined]
 
 
@@ -166,6 +209,18 @@ class Store(Stmt):
     param: int | str
     index: Expr
     value: Value
+    dtype: DType
+
+
+@dataclass(frozen=True)
+class VectorStore(Stmt):
+    """Elements `index` .. `index + len(values) - 1` of buffer parameter `param` =
+    `values` (scalars, one per lane), converted to `dtype` (one of `VECTOR_DTYPES`), as
+    one wide store; `index` is a multiple of the width, as for `VectorLoad`."""
+
+    param: int
+    index: Expr
+    values: tuple[Value, ...]
     dtype: DType
 
 

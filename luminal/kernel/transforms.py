@@ -21,6 +21,9 @@ loop and why:
 - `stage_local(k, axis, param)`: copy the tile of buffer `param` that one iteration of
   `axis` reads into work-group local memory, then read it there (GPU renderers only;
   the CPU renderer rejects local memory).
+- `lanes(k, axis, w)`: each iteration of an innermost, straight-line loop does `w`
+  consecutive elements with wide memory accesses (`ir.VectorLoad` / `ir.VectorStore`:
+  `float4` on GPUs): the vector width of GPU kernels (GPU renderers only).
 
 `Opt` names one transformation as data, so a search space is a list of `Opt` tuples and
 a cached choice is its name.
@@ -38,6 +41,7 @@ from luminal.kernel.indexing import LOOP_MARK, is_loop_index, loop_index, loop_n
 from luminal.shape.expr import ONE, Atom, Expr, sym
 
 VECTOR_WIDTHS = (256, 512)
+LANES = (2, 4)  # elements per wide access (`lanes`); 1 is the kernel as it is
 THREAD_KINDS = ("serial", "parallel")
 
 
@@ -565,6 +569,142 @@ def _map_values(node: object, old: ir.Value, new: ir.Value) -> object:
     return node
 
 
+# ------------------------------------------------------------------ vector lanes
+_LANE_STATEMENTS = (ir.Declare, ir.Store, ir.CheckIndex)
+
+
+def lanes(kernel: ir.Kernel, opt: Opt) -> ir.Kernel:
+    """Loop `axis` (n iterations) as n/w iterations of `w` lanes: every input read at `w`
+    consecutive elements from an address that is a multiple of `w` is read by one
+    `VectorLoad`, the body runs once per lane (locals renamed) reading its lane, and the
+    lanes' results are written by one `VectorStore`. Loads that are not contiguous or
+    aligned, sit in a select's branch (a padded view: the address may be invalid where
+    the mask is false), read through a data-dependent index or hold another type stay
+    scalar, per lane. Legal only on an innermost loop of straight-line code with
+    independent iterations, a known extent `w` divides, and one final store to a
+    buffer whose index is contiguous and aligned along the loop."""
+    loop = _find(kernel, opt.axis, opt).loop
+    width = opt.arg
+    if width not in LANES:
+        raise _illegal(kernel, opt, f"the width must be one of {LANES}, got {width!r}")
+    extent = _lane_extent(kernel, opt, loop, width)
+    store = loop.body[-1]
+    why = _dependence(loop)
+    if why is not None:
+        raise _illegal(kernel, opt, f"loop {loop.var} carries a dependence: {why}")
+    taken = _names(kernel)
+    var = _fresh(f"{loop.var}v", taken)
+    lane = lambda k: loop_index(var, sym(extent // width)) * width + k  # noqa: E731
+    if not _aligned(store.index, loop.var, lane, width) or store.dtype not in ir.VECTOR_DTYPES:
+        why = f"the {store.dtype.name} output is not contiguous and aligned along {loop.var}"
+        raise _illegal(kernel, opt, why)
+    if any(isinstance(x, ir.Load) and x.param == store.param for x in walk(loop.body)):
+        raise _illegal(kernel, opt, f"loop {loop.var} reads back buffer {store.param}")
+    prefix = _invariant_prefix(loop)
+    rest = loop.body[len(prefix) :]
+    wide = _wide_loads(rest, loop.var, lane, width)
+    vectors = {load: _fresh(f"vl{load.param}", taken) for load in wide}
+    head = [
+        ir.Declare(
+            name, ir.Vec(load.dtype, width), _vector_load(load, loop.var, lane(0), width), True
+        )
+        for load, name in vectors.items()
+    ]
+    declared = sorted({x.name for x in walk(rest) if isinstance(x, ir.Declare)})
+    statements: list[ir.Stmt] = []
+    values: list[ir.Value] = []
+    for k in range(width):
+        body = _substitute(rest, loop.var, lane(k))
+        for load, name in vectors.items():
+            vector = ir.Var(name, ir.Vec(load.dtype, width))
+            body = _map_values(body, _substitute(load, loop.var, lane(k)), ir.Lane(vector, k))
+        if k:
+            body = _rename_locals(body, {n: _fresh(f"{n}_l{k}", taken) for n in declared})
+        *before, last = body
+        statements.extend(before)
+        values.append(last.value)
+    index = _substitute(store.index, loop.var, lane(0))
+    wide_store = ir.VectorStore(store.param, index, tuple(values), store.dtype)
+    body = (*prefix, *head, *statements, wide_store)
+    new = replace(loop, var=var, extent=sym(extent // width), body=body)
+    return replace(kernel, body=_replace(kernel.body, loop, [new]))
+
+
+def _vector_load(load: ir.Load, var: str, first: Expr, width: int) -> ir.VectorLoad:
+    index = _substitute(load.index, var, first)
+    return ir.VectorLoad(load.param, index, load.dtype, width)  # type: ignore[arg-type]
+
+
+def _lane_extent(kernel: ir.Kernel, opt: Opt, loop: ir.Loop, width: int) -> int:
+    """The loop's known extent, checked: a loop `lanes` accepts (see there)."""
+    if loop.kind not in ("serial", "parallel", "gpu_global"):
+        raise _illegal(kernel, opt, f"loop {loop.var} is a {loop.kind} loop")
+    extent = loop.extent.as_int()
+    if extent is None:
+        raise _illegal(kernel, opt, f"loop {loop.var} has a symbolic extent ({loop.extent})")
+    if extent % width:
+        raise _illegal(kernel, opt, f"{width} does not divide loop {loop.var}'s extent {extent}")
+    for stmt in loop.body:
+        if not isinstance(stmt, _LANE_STATEMENTS) or getattr(stmt, "action", "") == "skip":
+            what = type(stmt).__name__
+            raise _illegal(kernel, opt, f"loop {loop.var} is not straight-line code (a {what})")
+    stores = [s for s in loop.body if isinstance(s, ir.Store)]
+    if len(stores) != 1 or stores[0] is not loop.body[-1] or isinstance(stores[0].param, str):
+        raise _illegal(kernel, opt, f"loop {loop.var} does not end in its one buffer store")
+    return extent
+
+
+def _aligned(index: Expr, var: str, lane: Callable[[int], Expr], width: int) -> bool:
+    """Whether lane k of `index` (along loop `var`) is lane 0's element + k, and lane 0's
+    element a multiple of `width` (proved on the expressions, for every iteration)."""
+    first = _substitute(index, var, lane(0))
+    if (first % width).as_int() != 0:
+        return False
+    return all((_substitute(index, var, lane(k)) - first).as_int() == k for k in range(width))
+
+
+def _invariant_prefix(loop: ir.Loop) -> tuple[ir.Stmt, ...]:
+    """The declarations at the top of the body that do not depend on the loop variable
+    (a merged work-item axis decoded into indices): computed once, not per lane."""
+    prefix: list[ir.Stmt] = []
+    for stmt in loop.body:
+        if not isinstance(stmt, ir.Declare) or _mentions(stmt, loop.var):
+            break
+        prefix.append(stmt)
+    return tuple(prefix)
+
+
+def _wide_loads(
+    body: tuple[ir.Stmt, ...], var: str, lane: Callable[[int], Expr], width: int
+) -> list[ir.Load]:
+    """The loads every lane makes unconditionally, of a vector type, contiguous and
+    aligned along `var` and indexed without locals of the body (in program order)."""
+    local = {x.name for x in walk(body) if isinstance(x, ir.Declare)}
+    found: list[ir.Load] = []
+    for load in _unconditional_loads(body):
+        if load in found or isinstance(load.param, str) or load.dtype not in ir.VECTOR_DTYPES:
+            continue
+        if _loop_vars(load.index) & local or var not in _loop_vars(load.index):
+            continue
+        if _aligned(load.index, var, lane, width):
+            found.append(load)
+    return found
+
+
+def _unconditional_loads(node: object) -> Iterator[ir.Load]:
+    """Loads under `node` outside the branches of a select."""
+    if isinstance(node, ir.Load):
+        yield node
+    elif isinstance(node, ir.Select):
+        yield from _unconditional_loads(node.cond)
+    elif isinstance(node, tuple):
+        for x in node:
+            yield from _unconditional_loads(x)
+    elif dataclasses.is_dataclass(node) and not isinstance(node, type | Expr):
+        for f in dataclasses.fields(node):
+            yield from _unconditional_loads(getattr(node, f.name))
+
+
 TRANSFORMS: dict[str, Callable[[ir.Kernel, Opt], ir.Kernel]] = {
     "split": split,
     "unroll": unroll,
@@ -574,4 +714,5 @@ TRANSFORMS: dict[str, Callable[[ir.Kernel, Opt], ir.Kernel]] = {
     "vector_width": vector_width,
     "swap": swap,
     "stage_local": stage_local,
+    "lanes": lanes,
 }

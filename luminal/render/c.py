@@ -460,7 +460,17 @@ class CRenderer:
         return param if isinstance(param, str) else f"b{param}"
 
     def type_name(self, dtype: ir.Type) -> str:
+        if isinstance(dtype, ir.Vec):
+            return self.vector_type(dtype)
         return self.index_type if dtype == ir.INDEX else self.compute_types[dtype]
+
+    def vector_type(self, vec: ir.Vec) -> str:
+        """A vector value's type (`float4`); plain C has none: the vector width is a GPU
+        knob (`transforms.lanes`), and C kernels holding vector values are refused."""
+        raise CompileError(
+            f"{type(self).__name__}: no vector values ({vec.name}); vector widths "
+            "(transforms.lanes) are rendered by the GPU dialects only"
+        )
 
     def condition(self, cond: Expr | ir.Value) -> str:
         return self.index(cond) if isinstance(cond, Expr) else self.value(cond)

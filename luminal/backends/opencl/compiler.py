@@ -45,12 +45,16 @@ class OpenCLCompiler(GpuCompiler):
     or 32; 0: one work-item per output element reading its whole row and column), `block`
     the outputs per work-item along each side (register blocking: 1, 2 or 4);
     `mode="optimal"` or `lm.TimeBudget(seconds)` verifies and measures every option of
-    every kernel site (the tiles of products, the work-group size and unrolling of
-    other kernels) and keeps the fastest verified one.
+    every kernel site (the tiles of products, the work-group size, vector width and
+    unrolling of other kernels) and keeps the fastest verified one. `half`: float16
+    kernels without reductions compute in `half` (None: where the device reports
+    `cl_khr_fp16`; False: never, reading half as float; True: required, CompileError
+    on a device without it).
     `render(graph)` and `build(graph)` give the program's source and built program
     without changing the graph."""
 
     name = "OpenCLCompiler"
+    language = "opencl"
 
     def __init__(
         self,
@@ -62,6 +66,7 @@ class OpenCLCompiler(GpuCompiler):
         cache: bool = True,
         tile: int = DEFAULT_TILE,
         block: int = 1,
+        half: bool | None = None,
     ) -> None:
         super().__init__(mode, verify, rtol, atol)
         if tile and tile not in TILES:
@@ -69,6 +74,7 @@ class OpenCLCompiler(GpuCompiler):
         if block not in BLOCKS:
             raise CompileError(f"OpenCLCompiler: block {block!r} is not one of {BLOCKS}")
         self.block = block
+        self.half = half
         self.device = device
         self.cache = cache
         self.tile = tile
@@ -80,15 +86,16 @@ class OpenCLCompiler(GpuCompiler):
         return self.mode != "fast"
 
     def open_device(self) -> OpenCLDevice:
-        return OpenCLDevice(self.device, cache=self.cache)
+        return OpenCLDevice(self.device, cache=self.cache, half=self.half)
 
     def program(self, graph: Graph) -> GpuProgram:
         return lower_gpu(graph, tile=(self.tile, self.block))
 
     def render(self, graph: Graph) -> str:
-        """The OpenCL C program the graph compiles to (no device needed); the graph is
-        not changed."""
-        return OpenCLRenderer().program(self.lower(graph.structure_copy()).launches)[1]
+        """The OpenCL C program the graph compiles to (no device needed, so float16
+        computes in half only with `half=True`); the graph is not changed."""
+        renderer = OpenCLRenderer(half_arithmetic=bool(self.half))
+        return renderer.program(self.lower(graph.structure_copy()).launches)[1]
 
     def build(self, graph: Graph) -> Any:
         """The built `pyopencl.Program` of the graph on the chosen device (from the disk
@@ -194,7 +201,7 @@ class OpenCLCompiler(GpuCompiler):
 
     def _backend_id(self, device: OpenCLDevice) -> str:
         info = device.device.info
-        return f"opencl/{info.label}/{info.driver}"
+        return f"opencl/{info.label}/{info.driver}{'/fp16' if device.half else ''}"
 
 
 def available() -> bool:

@@ -6,7 +6,12 @@ OpenCL's spellings.
   (`luminal.kernel.gpu`: the innermost is axis 0) and guard the extent.
 - float16 is stored as `half` and read and written with `vload_half` / `vstore_half_rte`,
   which need no extension, and computes in float (as on the CPU); bfloat16 is `ushort`
-  with bit conversions.
+  with bit conversions. With `half_arithmetic` (devices reporting `cl_khr_fp16`), a
+  kernel with no reduction computes its float16 values in `half` (rounded to half
+  after every op, which is what the reference runtime computes); reductions and matrix
+  products keep float accumulators.
+- Vector values (`ir.VectorLoad`, `ir.VectorStore`: the `lanes` transform) are
+  `vload4` / `vstore4` (`vload_half4` / `vstore_half4_rte` for float16) into `float4`.
 - An index out of range (gather, scatter) records {1, value, bound, launch} in the run's
   fault record with 32-bit atomics: the first fault wins, the kernel reads row 0 or skips.
 """
@@ -17,6 +22,7 @@ from luminal.dtype import DType
 from luminal.errors import CompileError
 from luminal.kernel import ir
 from luminal.kernel.gpu import Launch, custom_kernel_source
+from luminal.kernel.transforms import walk
 from luminal.render.c import CRenderer, dim_name
 
 PRELUDE = r"""/* luminal OpenCL helpers: numpy's semantics where C's differ or trap */
@@ -57,6 +63,8 @@ void lm_fault_index(__global int* f, long index, long rows, int site) {
 """
 
 ID_FUNCTIONS = {"gpu_global": "get_global_id", "gpu_local": "get_local_id"}
+FP16_PRAGMA = "#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n"
+LANE_NAMES = "xyzw"
 
 
 class OpenCLRenderer(CRenderer):
@@ -76,8 +84,10 @@ class OpenCLRenderer(CRenderer):
     fault_param = "__global int* restrict lm_fault, int lm_site"
     prelude = PRELUDE
 
-    def __init__(self) -> None:
+    def __init__(self, half_arithmetic: bool = False) -> None:
         self._axes: dict[str, int] = {}
+        self.half_arithmetic = half_arithmetic
+        self._half = False  # the kernel being rendered computes float16 in half
 
     # ------------------------------------------------------------------ programs
     custom_language = "opencl"  # the custom kernels this dialect runs as they are
@@ -106,7 +116,15 @@ class OpenCLRenderer(CRenderer):
             name, source = self.render_launch(launch)
             names.append(name)
             sources.setdefault(name, source)
-        return names, self.prelude + "".join(sources[n] for n in sorted(sources))
+        pragma = FP16_PRAGMA if self.half_arithmetic else ""
+        return names, pragma + self.prelude + "".join(sources[n] for n in sorted(sources))
+
+    def render(self, kernel: ir.Kernel) -> tuple[str, str]:
+        self._half = self.half_arithmetic and half_kernel(kernel)
+        try:
+            return super().render(kernel)
+        finally:
+            self._half = False
 
     # ------------------------------------------------------------------ kernel
     def helpers(self, kernel: ir.Kernel) -> str:
@@ -155,21 +173,81 @@ class OpenCLRenderer(CRenderer):
         return super().value_indexvalue(v)
 
     # ------------------------------------------------------------------ half precision
+    def type_name(self, dtype: ir.Type) -> str:
+        if self._half and dtype == DType.float16:
+            return "half"
+        return super().type_name(dtype)
+
+    def value_const(self, c: ir.Const) -> str:
+        if self._half and c.dtype == DType.float16:
+            return f"((half){super().value_const(c)})"
+        return super().value_const(c)
+
+    def value_alu(self, alu: ir.Alu) -> str:
+        if self._half and alu.dtype == DType.float16 and alu.op == "recip":
+            return f"((half)1.0f / {self.value(alu.args[0])})"
+        return super().value_alu(alu)
+
     def value_load(self, load: ir.Load) -> str:
-        if load.dtype == DType.float16 and isinstance(load.param, int):
+        if load.dtype == DType.float16 and isinstance(load.param, int) and not self._half:
             return f"vload_half({self.index(load.index)}, b{load.param})"
+        if load.dtype == DType.float16:  # half arithmetic, or local memory (compute type)
+            return f"{self.buffer(load.param)}[{self.index(load.index)}]"
         return super().value_load(load)
 
     def stmt_store(self, stmt: ir.Store, depth: int) -> list[str]:
-        if stmt.dtype == DType.float16 and isinstance(stmt.param, int):
-            value, index = self.value(stmt.value), self.index(stmt.index)
+        if stmt.dtype != DType.float16:
+            return super().stmt_store(stmt, depth)
+        value, index = self.value(stmt.value), self.index(stmt.index)
+        if isinstance(stmt.param, int) and not self._half:
             return self.line(f"vstore_half_rte({value}, {index}, b{stmt.param});", depth)
-        return super().stmt_store(stmt, depth)
+        cast = "(half)" if self._half else ""
+        return self.line(f"{self.buffer(stmt.param)}[{index}] = {cast}({value});", depth)
 
     def value_cast(self, cast: ir.Cast) -> str:
+        if cast.target == DType.float16 and self._half:
+            return f"((half)({self.value(cast.value)}))"
         if cast.target == DType.float16 and cast.source.is_float:
             return f"lm_f16_round({self.value(cast.value)})"
         return super().value_cast(cast)
+
+    # ------------------------------------------------------------------ vectors
+    def vector_type(self, vec: ir.Vec) -> str:
+        return f"{self.type_name(vec.dtype)}{vec.width}"
+
+    def value_lane(self, lane: ir.Lane) -> str:
+        return f"{self.value(lane.vector)}.{LANE_NAMES[lane.lane]}"
+
+    def value_vectorload(self, load: ir.VectorLoad) -> str:
+        pointer = f"{self.buffer(load.param)} + ({self.index(load.index)})"
+        return self.vector_load(pointer, ir.Vec(load.dtype, load.width))
+
+    def stmt_vectorstore(self, stmt: ir.VectorStore, depth: int) -> list[str]:
+        pointer = f"{self.buffer(stmt.param)} + ({self.index(stmt.index)})"
+        values = [self.value(v) for v in stmt.values]
+        text = self.vector_store(pointer, ir.Vec(stmt.dtype, len(values)), values)
+        return self.line(text, depth)
+
+    def vector_load(self, pointer: str, vec: ir.Vec) -> str:
+        """A wide read of `vec.width` elements at `pointer` (aligned), as `vector_type`."""
+        half = vec.dtype == DType.float16 and not self._half
+        return f"vload{'_half' if half else ''}{vec.width}(0, {pointer})"
+
+    def vector_store(self, pointer: str, vec: ir.Vec, values: list[str]) -> str:
+        """A wide write of the lanes' `values` at `pointer` (aligned), one statement."""
+        vector = f"({self.vector_type(vec)})({', '.join(values)})"
+        if vec.dtype == DType.float16 and not self._half:
+            return f"vstore_half{vec.width}_rte({vector}, 0, {pointer});"
+        return f"vstore{vec.width}({vector}, 0, {pointer});"
+
+
+def half_kernel(kernel: ir.Kernel) -> bool:
+    """Whether `kernel` may compute its float16 values in half: it has some, and no
+    reduction, accumulator or local memory (sums and products accumulate in float)."""
+    nodes = list(walk(kernel.body))
+    if any(isinstance(x, ir.Accumulate | ir.Reduction | ir.LocalMemory | ir.Call) for x in nodes):
+        return False
+    return any(getattr(x, "dtype", None) == DType.float16 for x in nodes)
 
 
 def _axes(body: tuple[ir.Stmt, ...]) -> dict[str, int]:

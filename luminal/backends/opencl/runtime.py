@@ -11,15 +11,29 @@ import numpy as np
 
 from luminal.backends.opencl import toolchain
 from luminal.backends.opencl.render import OpenCLRenderer
-from luminal.errors import ExecutionError
+from luminal.errors import CompileError, ExecutionError
 from luminal.kernel.gpu import Launch
+
+
+def half_arithmetic(info: toolchain.DeviceInfo, half: bool | None) -> bool:
+    """Whether float16 kernels compute in `half` on this device: `half` None follows the
+    device (`cl_khr_fp16`), False keeps float arithmetic, True requires the extension."""
+    if half and not info.has_fp16:
+        raise CompileError(
+            f"OpenCL: half=True needs a device with cl_khr_fp16; {info.label} does not "
+            "report it (half=None uses half arithmetic only where the device has it)"
+        )
+    return info.has_fp16 if half is None else half
 
 
 class OpenCLDevice:
     """One OpenCL device (see `toolchain.choose`) as the compiled graph uses it."""
 
-    def __init__(self, spec: int | str | None = None, cache: bool = True) -> None:
+    def __init__(
+        self, spec: int | str | None = None, cache: bool = True, half: bool | None = None
+    ) -> None:
         self.device = toolchain.open_device(spec)
+        self.half = half_arithmetic(self.device.info, half)
         self.cl = self.device.cl
         self.queue = self.device.queue
         self.alignment = max(self.device.info.base_addr_align_bytes, 64)
@@ -32,7 +46,7 @@ class OpenCLDevice:
 
     # ---------------------------------------------------------------- building
     def render(self, launches: Sequence[Launch]) -> tuple[list[str], str]:
-        return OpenCLRenderer().program(list(launches))
+        return OpenCLRenderer(half_arithmetic=self.half).program(list(launches))
 
     def build(self, launches: Sequence[Launch]) -> list[str]:
         names, self.source = self.render(launches)
