@@ -6,8 +6,10 @@ tile sizes of `luminal.kernel.gpu_matmul.TILES` without and with register blocki
 work-item computing 2x2 or 4x4 outputs) and 0 (one work-item per output element). Any
 other kernel's options (`knob_options`) are `Choice`s of `luminal.kernel.gpu`: the
 default, work-groups of 32/64/128/256 work-items (the width of a row shared by a
-work-group), and unrolling the first innermost loop of the work-item by 4 or 8 (an
-`Opt` of `luminal.kernel.transforms`, offered only where the transform accepts it). All
+work-group), vector widths 2 and 4 (each work-item does that many consecutive elements
+with wide loads and stores: `transforms.lanes`), and unrolling the first innermost loop
+of the work-item by 4 or 8 (`Opt`s of `luminal.kernel.transforms`, offered only where
+the transform accepts them). All
 options of all sites are rendered into ONE program (one driver build). Each option runs
 the whole graph once on the device with that site changed and the others at their
 default, and its outputs are compared with the reference runtime's: an option that fails
@@ -51,14 +53,14 @@ from luminal.kernel.gpu import (
 )
 from luminal.kernel.gpu_matmul import DEFAULT_TILE, TILES, Schedule, schedule_name, tileable
 from luminal.kernel.indexing import is_loop_index, loop_name
-from luminal.kernel.transforms import Opt
+from luminal.kernel.transforms import LANES, Opt
 from luminal.reference.executor import resolve_dims
 from luminal.search.budget import Deadline
 from luminal.search.outputs import read_outputs
 from luminal.search.strategy import Expected, check_outputs
 from luminal.shape.expr import Expr
 
-SPACE_VERSION = "gpu-knobs-1"
+SPACE_VERSION = "gpu-knobs-2"  # 2: vector widths
 # 32x32 tiles with 4x4 blocks would need 32 KB of local memory per operand: left out
 OPTIONS: tuple[Schedule, ...] = (
     (DEFAULT_TILE, 1),  # the default first: later options are cut against its time
@@ -71,6 +73,7 @@ OPTIONS: tuple[Schedule, ...] = (
 )
 DEFAULT: Schedule = (DEFAULT_TILE, 1)
 GROUPS = (32, 64, 128, 256)  # work-items per work-group
+VECTORS = LANES  # elements per work-item with wide loads and stores (1: the default)
 UNROLLS = (4, 8)
 MAX_STAGED = 4096  # elements of one staged tile (16 KB of float32)
 MIN_UNROLL = 8  # an innermost loop of fewer known iterations is not unrolled
@@ -127,14 +130,15 @@ def sites(graph: Graph, program: GpuProgram) -> list[Site]:
 
 def knob_options(launches: Sequence[Launch]) -> list[Choice]:
     """The knobs a kernel's default launches admit: the default first, each work-group
-    size that changes the geometry, and unrolling the first innermost loop of the
-    work-item by each factor the transform accepts."""
+    size that changes the geometry, each vector width the kernel takes, unrolling the
+    first innermost loop of the work-item by each factor the transform accepts."""
     if any(custom_kernel_source(x.kernel) is not None for x in launches):
         return [DEFAULT_CHOICE]
     options = [DEFAULT_CHOICE]
     for group in GROUPS:
         if any(_group_changes(x, group) for x in launches):
             options.append(Choice(group=group))
+    options += [Choice(vector=width) for width in VECTORS if _vectorises(launches, width)]
     axis = _innermost_loop(launches[0].kernel)
     for factor in UNROLLS if axis is not None else ():
         opt = Opt("unroll", axis, factor)
@@ -145,6 +149,21 @@ def knob_options(launches: Sequence[Launch]) -> list[Choice]:
             continue
         options.append(Choice(opts=(opt,)))
     return options + [Choice(opts=(opt,)) for opt in _stagings(launches)]
+
+
+def _vectorises(launches: Sequence[Launch], width: int) -> bool:
+    """Whether every launch's axis-0 work-item loop takes `width` lanes (`lanes`: an
+    innermost straight-line body, an extent `width` divides, a contiguous aligned
+    output); the lowering applies the same transform to the same loop."""
+    for launch in launches:
+        loop = innermost_work_loop(launch.kernel.body)
+        if loop is None:
+            return False
+        try:
+            Opt("lanes", loop.var, width).apply(launch.kernel)
+        except CompileError:
+            return False
+    return True
 
 
 def _stagings(launches: Sequence[Launch]) -> list[Opt]:

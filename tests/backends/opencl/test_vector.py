@@ -1,0 +1,135 @@
+"""The vector width knob (`transforms.lanes`, `Choice(vector=w)`): each work-item of an
+elementwise kernel does w consecutive elements with one wide load per contiguous input
+and one wide store, run on the OpenCL device for widths 1, 2 and 4 (one program build for
+all) and compared with numpy; illegal widths raise IllegalTransform."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import luminal as lm
+from luminal.backends import gpu_search
+from luminal.backends.gpu_runtime import GpuCompiledGraph
+from luminal.backends.opencl.runtime import OpenCLDevice
+from luminal.errors import CompileError
+from luminal.kernel import ir
+from luminal.kernel.gpu import Choice, lower_gpu
+from luminal.kernel.indexing import loop_index
+from luminal.kernel.transforms import IllegalTransform, Opt
+from luminal.render.c import CRenderer
+from luminal.shape.expr import sym
+
+WIDTHS = (1, 2, 4)
+
+
+def _float32(rng: np.random.Generator) -> tuple[lm.Graph, lm.GraphTensor, np.ndarray]:
+    """A broadcast bias (contiguous along the row) and a transposed input (not: read per
+    lane)."""
+    a = rng.standard_normal((48, 40)).astype(np.float32)
+    b = rng.standard_normal((40,)).astype(np.float32)
+    t = rng.standard_normal((40, 48)).astype(np.float32)
+    cx = lm.Graph()
+    x, bias, xt = cx.tensor((48, 40)), cx.tensor((40,)), cx.tensor((40, 48))
+    out = ((x.set(a) * 2.0).exp() + bias.set(b) * xt.set(t).permute((1, 0))).retrieve()
+    return cx, out, np.exp(a * 2.0) + b * t.T
+
+
+def _float16(rng: np.random.Generator) -> tuple[lm.Graph, lm.GraphTensor, np.ndarray]:
+    a = rng.standard_normal((16, 64)).astype(np.float16)
+    b = rng.standard_normal((16, 64)).astype(np.float16)
+    cx = lm.Graph()
+    x, y = cx.tensor((16, 64), dtype=lm.float16), cx.tensor((16, 64), dtype=lm.float16)
+    out = (x.set(a) * y.set(b) + 1.0).retrieve()
+    return cx, out, a * b + np.float16(1.0)
+
+
+def _int32(rng: np.random.Generator) -> tuple[lm.Graph, lm.GraphTensor, np.ndarray]:
+    a = rng.integers(-99, 99, (8, 32)).astype(np.int32)
+    cx = lm.Graph()
+    out = (cx.tensor((8, 32), dtype=lm.int32).set(a) * 3 + 7).retrieve()
+    return cx, out, a * 3 + 7
+
+
+def _programs(cx: lm.Graph) -> list:
+    """The graph lowered with each vector width on its one kernel site."""
+    program = lm.OpenCLCompiler().lower(cx)
+    (site,) = gpu_search.sites(cx, program)
+    return [gpu_search.lower_choices(cx, (16, 1), {site.node: Choice(vector=w)}) for w in WIDTHS]
+
+
+def test_every_vector_width_computes_what_numpy_does(rng):
+    cases = [make(rng) for make in (_float32, _float16, _int32)]
+    programs = [(case, p) for case in cases for p in _programs(case[0])]
+    device = OpenCLDevice()
+    every = [launch for _, p in programs for launch in p.launches]
+    names = dict(zip(map(id, every), device.build(every), strict=True))  # one build
+    assert "vload4(0, b1 + " in device.source and "vstore4((float4)(" in device.source
+    assert "vload_half4(0, " in device.source and "vstore_half4_rte(" in device.source
+    assert "vstore2((int2)(" in device.source
+    results: dict[int, list[np.ndarray]] = {}
+    for (cx, out, expected), program in programs:
+        compiled = GpuCompiledGraph(cx, program, device, "test")
+        compiled.names = [names[id(x)] for x in program.launches]
+        compiled.execute(cx)
+        got = out.numpy().copy()
+        results.setdefault(id(cx), []).append(got)
+        if got.dtype == np.float16:
+            np.testing.assert_allclose(got.astype(np.float32), expected, rtol=2e-3, atol=2e-3)
+        else:
+            np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    for widths in results.values():  # wide accesses move data, the arithmetic is the same
+        for got in widths[1:]:
+            np.testing.assert_array_equal(got, widths[0])
+
+
+def test_a_wide_access_needs_a_contiguous_aligned_divisible_axis(rng):
+    cx = lm.Graph()
+    (cx.tensor((6, 42)).set(rng.standard_normal((6, 42)).astype(np.float32)) + 1.0).retrieve()
+    program = lm.OpenCLCompiler().lower(cx)
+    (launch,) = program.launches
+    loop = launch.kernel.body[0].body[0]
+    assert loop.kind == "gpu_global" and loop.extent.as_int() == 42
+    with pytest.raises(IllegalTransform, match="4 does not divide loop i1_'s extent 42"):
+        Opt("lanes", loop.var, 4).apply(launch.kernel)
+    with pytest.raises(IllegalTransform, match="width must be one of"):
+        Opt("lanes", loop.var, 3).apply(launch.kernel)
+    halves = Opt("lanes", loop.var, 2).apply(launch.kernel)
+    (store,) = [s for s in gpu_search.statements(halves.body) if isinstance(s, ir.VectorStore)]
+    assert len(store.values) == 2
+    (site,) = gpu_search.sites(cx, program)
+    names = [name for name, _ in site.options]
+    assert "vector(2)" in names and "vector(4)" not in names  # only legal widths offered
+    with pytest.raises(IllegalTransform, match="4 does not divide"):
+        lower_gpu(cx, choices={site.node: Choice(vector=4)})
+
+
+def test_a_reduction_takes_no_vector_width(rng):
+    cx = lm.Graph()
+    cx.tensor((16, 64)).set(rng.standard_normal((16, 64)).astype(np.float32)).sum(-1).retrieve()
+    (launch,) = lm.OpenCLCompiler().lower(cx).launches
+    loop = launch.kernel.body[0]
+    with pytest.raises(IllegalTransform, match="not straight-line code"):
+        Opt("lanes", loop.var, 2).apply(launch.kernel)
+
+
+def test_plain_c_refuses_vector_values_by_name():
+    """y[i, j] = exp2(x[i, j]) + 1 as a CPU-style loop nest: `lanes` applies to its serial
+    inner loop, and the plain C renderer refuses the vector values it makes."""
+    f32 = lm.float32
+    i, j = loop_index("i0_", sym(8)), loop_index("i1_", sym(64))
+    value = ir.Alu(
+        "add", (ir.Alu("exp2", (ir.Load(1, 64 * i + j, f32),), f32), ir.Const(1.0, f32)), f32
+    )
+    loop = ir.Loop("i1_", sym(64), "serial", (ir.Store(0, 64 * i + j, value, f32),))
+    body = (ir.Loop("i0_", sym(8), "parallel", (loop,), work=sym(512)),)
+    params = (ir.Param(5, f32, output=True), ir.Param(1, f32))
+    kernel = Opt("lanes", "i1_", 4).apply(ir.Kernel("exp2_add", params, (), body, (4, 5)))
+    (inner,) = [
+        s
+        for s in gpu_search.statements(kernel.body)
+        if isinstance(s, ir.Loop) and s.kind == "serial"
+    ]
+    assert inner.extent.as_int() == 16 and isinstance(inner.body[-1], ir.VectorStore)
+    with pytest.raises(CompileError, match="CRenderer: no vector values \\(float32x4\\)"):
+        CRenderer().render(kernel)
