@@ -158,10 +158,26 @@ def test_node_limit_stops_saturation_and_still_extracts(rng):
 def test_time_limit_stops_saturation(rng):
     cx = lm.Graph()
     x = cx.tensor((2,)).set(uniform(rng, (2,)))
-    (x * 2 + x * 3).retrieve()
+    total = x
+    for scale in range(2, 9):  # more rewrites than the rounds run before the time limit
+        total = total * scale + x * (scale + 1)
+    total.retrieve()
     compiler = EGraphCompiler(time_limit=0.0)
     cx.compile(compiler)
     assert compiler.report.stopped_by == ["time limit"]
+
+
+def test_time_limit_still_lowers_products_to_contractions(rng):
+    """A machine so loaded that the time limit passes while the e-graph is built must
+    not leave a matmul as Mul + SumReduce loops: the first rounds always run."""
+    cx = lm.Graph()
+    x = cx.tensor((8, 16)).set(uniform(rng, (8, 16)))
+    w = cx.tensor((16, 32)).set(uniform(rng, (16, 32)))
+    out = (x @ w).retrieve()
+    before = _outputs(cx, [out])
+    cx.compile(EGraphCompiler(rulesets=("algebra", "structure", "cpu"), time_limit=0.0))
+    assert any(isinstance(node.op, ops.Contract) for node in cx.nodes.values())
+    _assert_same(before, _outputs(cx, [out]))
 
 
 def test_undecodable_egraph_names_ruleset_and_node(rng):
