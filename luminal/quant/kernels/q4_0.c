@@ -66,18 +66,13 @@ static float lq_dot_q4_0(const uint8_t* w, const lq_acts* a, int k) {
     __m512 acc = _mm512_setzero_ps();
     for (; b + 16 <= nb; b += 16) {
         const uint8_t* p = w + (long long)b * LQ_Q4_0_BYTES;
+        lq_prefetch(p, 16 * LQ_Q4_0_BYTES);
         __m512i g[4], head[4];
         for (int i = 0; i < 4; i++) {
             const __m512i raw = lq_q4_0_group(p + 4 * i * LQ_Q4_0_BYTES, &head[i]);
-            const __m512i low = _mm512_and_si512(raw, mask), high = lq_high_nibbles(raw);
             const long long at = LQ_QK * (b + 4 * i);
-            g[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), low, _mm512_loadu_si512(a->qi + at));
-            g[i] = _mm512_dpbusd_epi32(g[i], high, _mm512_loadu_si512(a->qi + at + 64));
-            if (a->q2i) {
-                g[i] = _mm512_slli_epi32(g[i], 8);
-                g[i] = _mm512_dpbusd_epi32(g[i], low, _mm512_loadu_si512(a->q2i + at));
-                g[i] = _mm512_dpbusd_epi32(g[i], high, _mm512_loadu_si512(a->q2i + at + 64));
-            }
+            g[i] = lq_dot2_levels(_mm512_and_si512(raw, mask), lq_high_nibbles(raw), a->qi + at,
+                                  a->q2i ? a->q2i + at : NULL);
         }
         const __m512i offset = _mm512_slli_epi32(_mm512_loadu_si512(a->qsum + b), 3);
         const __m512 dots = _mm512_cvtepi32_ps(_mm512_sub_epi32(lq_sum16(g), offset));

@@ -63,14 +63,8 @@ static float lq_dot_q4_k(const uint8_t* w, const lq_acts* a, int k) {
             const __m512i parts[4] = {_mm512_and_si512(first, mask), _mm512_and_si512(last, mask),
                                       lq_high_nibbles(first), lq_high_nibbles(last)};
             for (int h = 0; h < 2; h++) {
-                __m512i* out = &g[2 * u + h];
-                *out = _mm512_dpbusd_epi32(_mm512_setzero_si512(), parts[2 * h], _mm512_loadu_si512(q + 128 * h));
-                *out = _mm512_dpbusd_epi32(*out, parts[2 * h + 1], _mm512_loadu_si512(q + 128 * h + 64));
-                if (a->q2k) {
-                    const int8_t* q2 = a->q2k + 256LL * (sb + u) + 128 * h;
-                    *out = _mm512_dpbusd_epi32(_mm512_slli_epi32(*out, 8), parts[2 * h], _mm512_loadu_si512(q2));
-                    *out = _mm512_dpbusd_epi32(*out, parts[2 * h + 1], _mm512_loadu_si512(q2 + 64));
-                }
+                const int8_t* q2 = a->q2k ? a->q2k + 256LL * (sb + u) + 128 * h : NULL;
+                g[2 * u + h] = lq_dot2_levels(parts[2 * h], parts[2 * h + 1], q + 128 * h, q2);
             }
         }
         /* lanes: sub-blocks 0 2 4 6 1 3 5 7 of each super-block -> in order */

@@ -31,13 +31,7 @@ static float lq_dot_q8_0(const uint8_t* w, const lq_acts* a, int k) {
             const long long at = LQ_QK * (b + 4 * i);
             const __m512i first = _mm512_xor_si512(lq_load4x16(blk + 2, LQ_Q8_0_BYTES), bias);
             const __m512i second = _mm512_xor_si512(lq_load4x16(blk + 18, LQ_Q8_0_BYTES), bias);
-            g[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), first, _mm512_loadu_si512(a->qi + at));
-            g[i] = _mm512_dpbusd_epi32(g[i], second, _mm512_loadu_si512(a->qi + at + 64));
-            if (a->q2i) {
-                g[i] = _mm512_slli_epi32(g[i], 8);
-                g[i] = _mm512_dpbusd_epi32(g[i], first, _mm512_loadu_si512(a->q2i + at));
-                g[i] = _mm512_dpbusd_epi32(g[i], second, _mm512_loadu_si512(a->q2i + at + 64));
-            }
+            g[i] = lq_dot2_levels(first, second, a->qi + at, a->q2i ? a->q2i + at : NULL);
         }
         const __m512i offset = _mm512_slli_epi32(_mm512_loadu_si512(a->qsum + b), 7);
         const __m512 dots = _mm512_cvtepi32_ps(_mm512_sub_epi32(lq_sum16(g), offset));
