@@ -22,13 +22,17 @@ from luminal.onnx import dtypes
 from luminal.onnx.errors import NeedsConstantInput
 from luminal.onnx.loader import load, read_model
 
+# graphs a model keeps, one per distinct value of its shape-fixing inputs (oldest dropped)
+MAX_SPECIALISED = 8
+
 
 class LuminalRep(BackendRep):
     """An imported model, ready to run on lists or dicts of numpy arrays.
 
     A model whose shapes depend on an input's value (ONNX's node tests feed Reshape's
-    shape or Reduce's axes as inputs) is imported at the first run, with those inputs
-    as constants, and again whenever their values change."""
+    shape or Reduce's axes as inputs; NonZero, Unique and NonMaxSuppression size their
+    outputs by their data) is imported at the first run, with those inputs as constants,
+    and again whenever their values change."""
 
     def __init__(self, model: onnx.ModelProto, compiler: Any = None) -> None:
         self.model = model
@@ -47,6 +51,7 @@ class LuminalRep(BackendRep):
         ]
         self.constant_names: list[str] = []
         self.constant_key: tuple | None = None
+        self.specialised: dict[tuple, tuple[Graph, dict, dict]] = {}
         self.graph: Graph | None = None
         self.structures: dict[str, Any] = {}
         if not self.structured:
@@ -65,6 +70,8 @@ class LuminalRep(BackendRep):
             wanted = [n for n in wanted if n not in self.constant_names]
             if not wanted and not error.input_name:
                 wanted = [n for n in self._scalar_inputs() if n not in self.constant_names]
+            if not wanted and not error.input_name:  # NonZero(x > 0): the data itself
+                wanted = [n for n in self.input_names if n not in self.constant_names]
             if not wanted:
                 raise
             self.constant_names.extend(wanted)
@@ -92,6 +99,8 @@ class LuminalRep(BackendRep):
         ]
 
     def _specialise(self, feeds: dict[str, Any]) -> None:
+        """The graph for these constant values: a cached one (the last few distinct
+        values each keep theirs), else a fresh import."""
         if not self.constant_names and not self.structured:
             return
         self.structures = {n: _structure(feeds[n]) for n in self.structured}
@@ -101,8 +110,15 @@ class LuminalRep(BackendRep):
             key = (*key, repr(self.structures))
             if key == self.constant_key and self.graph is not None:
                 return
+            if key in self.specialised:
+                self.graph, self.inputs, self.outputs = self.specialised[key]
+                self.constant_key = key
+                return
             if self._import(constants):
                 self.constant_key = key
+                if len(self.specialised) >= MAX_SPECIALISED:
+                    self.specialised.pop(next(iter(self.specialised)))
+                self.specialised[key] = (self.graph, self.inputs, self.outputs)
                 return
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:

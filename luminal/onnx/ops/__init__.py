@@ -28,6 +28,7 @@ from luminal.onnx.ops import (
     signal,
     text,
     training,
+    value_shaped,
 )
 
 Rule = Callable[..., object]
@@ -52,6 +53,7 @@ RULES: dict[str, Rule] = {
     **bitcast.RULES,
     **quantize.RULES,
     **sequence.RULES,
+    **value_shaped.RULES,
 }
 
 DOMAIN_RULES: dict[tuple[str, str], Rule] = {

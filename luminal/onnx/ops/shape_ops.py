@@ -431,16 +431,6 @@ def _identity(ctx: NodeContext) -> list[Any]:
     return [ctx.inputs[0]]  # a list: the value may be a sequence
 
 
-def _dropout(ctx: NodeContext) -> list[Any]:
-    training = ctx.has(2) and bool(np.asarray(ctx.static(2, "training_mode")).reshape(-1)[0])
-    ratio = float(np.asarray(ctx.static(1, "ratio")).reshape(-1)[0]) if ctx.has(1) else 0.5
-    if training and ratio != 0:
-        raise ctx.unsupported("Dropout in training mode (random masks are not reproducible)")
-    x = ctx.tensor(0)
-    mask = full(ctx.graph, True, x.view.shape, bool_)
-    return [x, mask]
-
-
 def _compress(ctx: NodeContext) -> GraphTensor:
     x = ctx.tensor(0)
     condition = np.asarray(ctx.static(1, "condition")).reshape(-1).astype(bool)
@@ -480,6 +470,5 @@ RULES: dict[str, Rule] = {
     "CumSum": _cumsum,
     "CumProd": _cumprod,
     "Identity": _identity,
-    "Dropout": _dropout,
     "Compress": _compress,
 }
