@@ -209,6 +209,9 @@ class DecoderStack(Module):
         for index, layer in enumerate(self.blocks):
             cache = None if caches is None else caches[index]
             hidden, new_cache = layer(hidden, cache, None, position_embeddings)
+            # one e-graph region per layer: identical layers are rewritten once, and a
+            # deep stack never outgrows the e-graph's node limit (then nothing is rewritten)
+            hidden = hidden.graph_break()
             new_caches.append(new_cache)
         return hidden, new_caches
 

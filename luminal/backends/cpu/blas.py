@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from luminal import ops
+from luminal.backends.cpu import gemv
 from luminal.backends.cpu.codegen import KernelSource, kernel_source
 from luminal.backends.cpu.gemm import PROTOTYPE
 from luminal.dtype import DType
@@ -48,9 +49,10 @@ from luminal.shape.tracker import contiguous_strides
 F32 = DType.float32
 
 
-def _prelude() -> str:
-    """The declaration of `lm_sgemm` (`gemm.c`, linked into every graph's library)."""
-    return PROTOTYPE
+def _prelude(rows_path: bool = False) -> str:
+    """The declaration of `lm_sgemm` (`gemm.c`, linked into every graph's library), and
+    of `lm_sgemm_rows` (`gemv.c`) for a kernel calling it."""
+    return PROTOTYPE + ("\n" + gemv.PROTOTYPE if rows_path else "")
 
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
@@ -137,9 +139,12 @@ def sgemm_kernel(
     first, second, rows_c, cols_c = (b, a, n, m) if swap else (a, b, m, n)
     t1, t2 = (FLIP[b.trans], FLIP[a.trans]) if swap else (a.trans, b.trans)
     blocks = (ir.Pointer(0, c_off), ldc, cols_c if width is None else width, block_stride)
+    rows_path = gather is None and gemv.takes_rows_path(
+        t1, t2, rows_c, cols_c, k, width is not None
+    )
     if gather is None:
         call = ir.LibraryCall(
-            "lm_sgemm",
+            gemv.NAME if rows_path else "lm_sgemm",
             (
                 sym(t1), sym(t2), rows_c, cols_c, k,
                 ir.Pointer(first.param, first.offset), first.ld,
@@ -166,7 +171,7 @@ def sgemm_kernel(
         (*prologue, *body, *frees),
         computed,
         scratch=tuple(scratch),
-        prelude=_prelude() + (gather[2] if gather else ""),
+        prelude=_prelude(rows_path) + (gather[2] if gather else ""),
         reports_faults=bool(scratch) or gather is not None,
     )
 

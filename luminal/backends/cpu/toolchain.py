@@ -388,11 +388,13 @@ def link_shared(objects: Sequence[Path], link_blas: bool = False, name: str = "l
 def build_shared(sources: Sequence[tuple[str, str]], link_blas: bool = False) -> Path:
     """Compile `(name, source)` units (in parallel, cached) and link them into one shared
     object; with everything cached this costs hashing and one `stat`. A library linking
-    the BLAS also gets luminal's `lm_sgemm` (`gemm.c`), which the sgemm kernels call."""
+    the BLAS also gets luminal's `lm_sgemm` (`gemm.c`) and `lm_sgemm_rows` (`gemv.c`),
+    which the sgemm kernels call."""
     if link_blas:
+        from luminal.backends.cpu import gemv
         from luminal.backends.cpu.gemm import support_unit
 
-        sources = [*sources, support_unit(blas_flags().sgemm)]
+        sources = [*sources, support_unit(blas_flags().sgemm), gemv.support_unit()]
     units = _units(sources)
     if not units:
         raise CompileError("build_shared needs at least one (name, source) unit")
