@@ -87,6 +87,13 @@ class Communicator:
         if self.world_size > 1:
             self._barrier(self._timeout(timeout))
 
+    def bucket(self, size: int) -> np.ndarray:
+        """A float32 array of `size` for repeated in-place all-reduces (the data-parallel
+        gradient bucket), placed where this backend's all-reduce of it is cheapest (MPI on
+        one machine: memory the ranks share). A collective: every rank calls it, in the
+        same order."""
+        return np.empty(size, np.float32)
+
     def close(self) -> None:
         """Release what the backend holds; collectives raise afterwards."""
         self.broken = self.broken or "the group was shut down"

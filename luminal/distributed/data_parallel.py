@@ -1,9 +1,11 @@
 """What `TrainStep(..., data_parallel=True)` adds to a training step.
 
 Each rank runs the same graph on its shard of the global batch. One Python `Function`
-node takes the gradients and the loss, joins them into one flat float32 bucket and
+node takes the gradients and the loss, joined in one flat float32 bucket, and
 all-reduces (averages) it in place; the optimizer reads the averaged gradients back
-out of its output by views. So a step is still one `execute()`, with one
+out of its output by views. On the CPU runtime the bucket is a "bucket Function"
+(luminal/backends/cpu/buckets.py): the backward kernels write the gradients into it
+directly, so nothing is copied around the all-reduce. So a step is still one `execute()`, with one
 collective, and every rank applies the same update to the same parameters: optimizer
 state stays identical without ever being sent. Before training, the ranks check that
 they built the same parameters and take rank 0's values.
@@ -34,29 +36,51 @@ class GradientBucket:
     (TrainStep sets it around the runs that apply an optimizer step), so compiling,
     verifying and the non-final micro-batches of an accumulation never communicate.
     `weight` scales this rank's contribution when shards are uneven; the averaged loss
-    of the step is left in `loss`."""
+    of the step is left in `loss`.
+
+    A bucket callable (luminal/backends/cpu/buckets.py): the CPU runtime points the
+    gradient buffers into `buffer()`, so the backward kernels write the gradients
+    straight into the flat array that `reduce` all-reduces in place; other runtimes
+    call it with the gradients and get the joined, reduced copy."""
+
+    bucket = True
 
     def __init__(self, communicator: Communicator) -> None:
         self.communicator = communicator
         self.active = False
         self.weight = 1.0
         self.loss = float("nan")
+        self._flat = np.empty(0, np.float32)
 
     def __deepcopy__(self, memo: dict) -> GradientBucket:
         """A copied graph (the compiler's reference copy) shares the bucket: it holds
         the process's communicator, which cannot be copied."""
         return self
 
-    def __call__(self, *pieces: np.ndarray) -> np.ndarray:
-        """Join the gradients and the loss into one flat float32 buffer and, on an
-        optimizer step, average it over the ranks in place."""
-        flat = np.concatenate([np.asarray(p, np.float32).reshape(-1) for p in pieces])
+    def reserve(self, size: int) -> None:
+        """Make the bucket's array, where the communicator's all-reduce of it is cheapest
+        (a collective: every rank builds its TrainStep at the same point)."""
+        self._flat = self.communicator.bucket(size)
+
+    def buffer(self, size: int) -> np.ndarray:
+        """The flat float32 array the gradients and the loss live in."""
+        if self._flat.size != size:
+            self._flat = np.empty(size, np.float32)
+        return self._flat
+
+    def reduce(self, flat: np.ndarray) -> None:
+        """On an optimizer step, average the filled bucket over the ranks in place."""
         if not self.active:
-            return flat
+            return
         if self.weight != 1.0:
             flat *= np.float32(self.weight)
         self.communicator.all_reduce(flat, "avg")
         self.loss = float(flat[-1])
+
+    def __call__(self, *pieces: np.ndarray) -> np.ndarray:
+        """The gradients and the loss joined into a new flat float32 array and reduced."""
+        flat = np.concatenate([np.asarray(p, np.float32).reshape(-1) for p in pieces])
+        self.reduce(flat)
         return flat
 
 
@@ -64,10 +88,11 @@ def averaged(
     graph: Graph, grads: Sequence[GraphTensor], loss: GraphTensor, bucket: GradientBucket
 ) -> list[GraphTensor]:
     """`grads` averaged over the ranks: the gradients and the loss go into one Function
-    node, which joins them into one flat bucket (numpy copies, cheaper than a concat
-    built of graph ops) and all-reduces it; the gradients are read back out of its
-    output as float32 views."""
+    node whose output is them joined in one flat bucket, all-reduced in place (on the
+    CPU runtime the backward writes them there directly); the gradients are read back
+    out of its output as float32 views."""
     total = sum(_numel(g) for g in grads) + 1
+    bucket.reserve(total)
     inputs = [*grads, loss]
     reduced = graph.add_node(ops.Function(LABEL, bucket), inputs, (total,), float32)
     out, offset = [], 0

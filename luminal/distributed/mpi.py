@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from luminal.distributed.backend import Communicator
+from luminal.distributed.shared_memory import SharedBucket, node_local
 from luminal.errors import DistributedError
 
 _NOTICE_TAG = 7
@@ -45,6 +46,7 @@ class MPICommunicator(Communicator):
         self.comm = world.Dup()  # collectives: apart from any MPI traffic of the user's
         self.control = world.Dup()  # failure notices
         self.failed: dict[int, str] = {}
+        self.shared: dict[int, SharedBucket] = {}  # by address of this rank's array
         self._notice = bytearray(_NOTICE_BYTES)
         self._listen()
         self._previous_hook = sys.excepthook
@@ -52,7 +54,25 @@ class MPICommunicator(Communicator):
         atexit.register(self.close)
 
     # ---------------------------------------------------------------- collectives
+    def bucket(self, size: int) -> np.ndarray:
+        """In a shared-memory window when every rank is on this machine, so that its
+        all-reduce reads the peers' arrays directly (luminal/distributed/shared_memory.py)."""
+        self._usable("bucket")
+        if self.world_size == 1 or size == 0 or not node_local(self.MPI, self.comm):
+            return super().bucket(size)
+        shared = SharedBucket(self.MPI, self.comm, size)
+        self.shared[shared.array.ctypes.data] = shared
+        return shared.array
+
     def _all_reduce(self, array: np.ndarray, op: str, timeout: float) -> None:
+        shared = self.shared.get(array.ctypes.data)
+        if (
+            shared is not None
+            and (array.size, array.dtype) == (shared.array.size, np.float32)
+            and op in ("sum", "avg")
+        ):
+            shared.all_reduce(op, lambda: self._wait("all_reduce", self.comm.Ibarrier(), timeout))
+            return
         MPI = self.MPI
         mpi_op = {"sum": MPI.SUM, "avg": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}[op]
         self._wait("all_reduce", self.comm.Iallreduce(MPI.IN_PLACE, array, mpi_op), timeout)

@@ -29,6 +29,8 @@ def mpi_results(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, np.n
 
 def test_mpi_collectives_are_exact_on_both_ranks(mpi_results: list) -> None:
     assert [int(r["world_size"]) for r in mpi_results] == [2, 2]
+    # one machine: the test's bucket and the 4 TrainSteps' are in shared memory
+    assert [int(r["shared_buckets"]) for r in mpi_results] == [5, 5]
     check_collectives(mpi_results)
 
 

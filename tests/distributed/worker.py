@@ -34,6 +34,10 @@ def collectives() -> dict[str, np.ndarray]:
     out["broadcast"] = dist.broadcast(workloads.rank_array(rank), root=1)
     out["all_gather"] = dist.all_gather(workloads.rank_array(rank))
     out["reduce_scatter"] = dist.reduce_scatter(workloads.rank_array(rank), op="sum")
+    bucket = dist.current().bucket(12)  # MPI on one machine: in shared memory
+    for op in ("sum", "avg"):
+        bucket[...] = workloads.rank_array(rank).reshape(-1)
+        out[f"bucket_{op}"] = dist.all_reduce(bucket, op=op).reshape(4, 3).copy()
     dist.barrier()
     return out
 
@@ -84,6 +88,7 @@ def main(mode: str, folder: str) -> None:
         out.update(collectives())
     if "train" in mode:
         train(out)
+    out["shared_buckets"] = np.array(len(getattr(dist.current(), "shared", {})))
     if mode in ("fail", "die"):
         fail(mode)
     if mode == "tensor_parallel":

@@ -101,6 +101,8 @@ def expected_collectives(world_size: int) -> dict[str, np.ndarray]:
         "broadcast": arrays[1],
         "all_gather": np.stack(arrays),
         "reduce_scatter": None if chunk == 0 else total,  # sliced per rank by the test
+        "bucket_sum": total,  # Communicator.bucket(): MPI all-reduces it in shared memory
+        "bucket_avg": total / np.float32(world_size),
     }
 
 

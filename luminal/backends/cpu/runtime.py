@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from luminal import ops
-from luminal.backends.cpu import toolchain
+from luminal.backends.cpu import buckets, toolchain
 from luminal.backends.cpu.codegen import ALLOC_FAULT, PRELUDE, KernelSource
 from luminal.errors import ExecutionError, format_shape
 from luminal.graph import Graph
@@ -146,6 +146,7 @@ class RunPlan:
     input_arrays: dict[int, np.ndarray] = field(default_factory=dict)
     output_of: dict[int, int] = field(default_factory=dict)  # id(output array) -> node id
     retired: dict[int, np.ndarray] = field(default_factory=dict)  # node -> array handed over
+    buckets: dict[int, np.ndarray] = field(default_factory=dict)  # bucket node -> its array
 
 
 class CompiledGraph:
@@ -190,7 +191,7 @@ class CompiledGraph:
         for transient in ("library", "runners"):
             state.pop(transient, None)
         state["plans"] = {}
-        for derived in ("_bucketed", "_input_checks"):
+        for derived in ("_bucketed", "_input_checks", "_bucket_layouts"):
             state.pop(derived, None)
         return state
 
@@ -293,6 +294,10 @@ class CompiledGraph:
             else:
                 sizes[node_id] = math.prod(shape) * node.dtype.itemsize  # no int64 wrap
         first, last = liveness([s for s in self.steps if s[0] in sizes or s[0] in shapes])
+        layouts = self._buckets(graph)
+        for layout in layouts.values():  # in the bucket's own array, not the arena
+            for node_id in (layout.node, *layout.placed):
+                del sizes[node_id]
         first = {n: first.get(n, 0) for n in sizes}
         last = {n: last.get(n, first[n]) for n in sizes}
         plan = plan_memory(sizes, first, last)
@@ -322,6 +327,8 @@ class CompiledGraph:
             ctypes.cast(fault, ctypes.c_void_p),
         )
         run_plan.output_of = {id(array): node_id for node_id, array in outputs.items()}
+        for node_id, layout in layouts.items():
+            run_plan.buckets[node_id] = layout.bind(graph, pointers, self.slot)
         if not exact:
             self.plans[key] = run_plan
         return run_plan
@@ -413,8 +420,24 @@ class CompiledGraph:
             "this run's outputs are discarded"
         )
 
+    def _buckets(self, graph: Graph) -> dict[int, buckets.BucketLayout]:
+        layouts = self.__dict__.get("_bucket_layouts")
+        if layouts is None:
+            layouts = buckets.layouts(graph, self.steps, self.input_nodes, self.keep)
+            self._bucket_layouts = layouts
+        return layouts
+
     def _run_function(self, graph: Graph, node_id: int, run: RunPlan, dims: dict) -> None:
         node = graph.nodes[node_id]
+        flat = run.buckets.get(node_id)
+        if flat is not None:  # inputs already in place but for the copied ones
+            layout = self._bucket_layouts[node_id]
+            for index, offset, size in layout.copied:
+                edge = node.inputs[index]
+                piece = read_view(self._buffer(graph, edge.source, run, dims), edge.view, dims)
+                flat[offset : offset + size] = piece.reshape(-1)
+            buckets.reduce(node, flat)
+            return
         arrays = []
         for edge in node.inputs:
             source = graph.nodes[edge.source]
@@ -430,6 +453,8 @@ class CompiledGraph:
             return graph.input_data[node_id]
         if node_id in run.outputs:
             return run.outputs[node_id]
+        if node_id in run.buckets:
+            return run.buckets[node_id]
         shape = tuple(d.evaluate(dims) for d in node.shape)
         offset = run.plan.offsets[node_id]
         count = int(np.prod(shape, dtype=np.int64))
