@@ -39,7 +39,7 @@ def test_softmax_is_one_row_kernel_with_two_reduce_loops() -> None:
     assert (
         "    reduce j0_ < 64 [s1 = max float32]:\n      const v: float32 = b1[64*i0_ + j0_]" in text
     )
-    assert "      b0[64*i0_ + j0_] = v\n      s18 add= v" in text
+    assert "      b0[64*i0_ + j0_] = v\n      s2 add= v" in text
 
 
 def test_short_reductions_unroll_and_long_ones_loop() -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from luminal.kernel import ir
+from luminal.kernel.canonical import canonical
 from luminal.kernel.values import NotRowLocal
 from luminal.render.c import ALLOC_FAULT, PRELUDE, CRenderer, c_expr
 from luminal.shape.expr import Expr
@@ -95,7 +96,9 @@ class KernelSource:
 
 
 def kernel_source(kernel: ir.Kernel, renderer: CRenderer = RENDERER) -> KernelSource:
-    """Render `kernel` into the form the runtime links and calls."""
+    """Render `kernel` into the form the runtime links and calls, canonical first, so
+    identical kernels share one symbol and one compiled object."""
+    kernel = canonical(kernel)
     name, source = renderer.render(kernel)
     buffers = [p.node for p in kernel.params]
     return KernelSource(name, source, buffers, list(kernel.nodes), kernel.scratch, kernel)

@@ -14,22 +14,22 @@ void lm_constant_recip_<hash>(float* restrict b0, const long long* restrict d) {
 void lm_recip_contract_add_mul_<hash>(float* restrict b0, const float* restrict b1, const float* restrict b2, const float* restrict b3, const float* restrict b4, const long long* restrict d) {
     #pragma omp parallel for if((384) > 16384)
     for (long long i0_ = 0; i0_ < 8; i0_++) {
+        float s1 = 0.0f;
+        #pragma omp simd reduction(+:s1)
+        for (long long j0_ = 0; j0_ < 48; j0_++) {
+            const float v = b1[(48*i0_ + j0_)];
+            s1 += v;
+        }
+        const float s2 = (b2[0] * s1);
         float s3 = 0.0f;
         #pragma omp simd reduction(+:s3)
         for (long long j0_ = 0; j0_ < 48; j0_++) {
-            const float v = b1[(48*i0_ + j0_)];
+            const float v = (((s2 * -1.0f) + b1[(48*i0_ + j0_)]) * ((s2 * -1.0f) + b1[(48*i0_ + j0_)]));
             s3 += v;
         }
-        const float s6 = (s3 * b2[0]);
-        float s29 = 0.0f;
-        #pragma omp simd reduction(+:s29)
+        const float s4 = (1.0f / sqrtf(((b2[0] * s3) + 1e-05f)));
         for (long long j0_ = 0; j0_ < 48; j0_++) {
-            const float v = ((b1[(48*i0_ + j0_)] + (s6 * -1.0f)) * (b1[(48*i0_ + j0_)] + (s6 * -1.0f)));
-            s29 += v;
-        }
-        const float s34 = (1.0f / sqrtf(((s29 * b2[0]) + 1e-05f)));
-        for (long long j0_ = 0; j0_ < 48; j0_++) {
-            b0[(48*i0_ + j0_)] = ((b3[j0_] * ((b1[(48*i0_ + j0_)] + (s6 * -1.0f)) * s34)) + b4[j0_]);
+            b0[(48*i0_ + j0_)] = (((((s2 * -1.0f) + b1[(48*i0_ + j0_)]) * s4) * b3[j0_]) + b4[j0_]);
         }
     }
 }

@@ -16,16 +16,16 @@ void lm_recip_sumreduce_exp2_maxreduce_<hash>(float* restrict b0, const float* r
             s1_nan |= (v != v);
         }
         if (s1_nan) s1 = NAN;
-        float s18 = 0.0f;
-        #pragma omp simd reduction(+:s18)
+        float s2 = 0.0f;
+        #pragma omp simd reduction(+:s2)
         for (long long j0_ = 0; j0_ < 64; j0_++) {
-            const float v = exp2f(((b1[(64*i0_ + j0_)] + (s1 * -1.0f)) * 1.4426950408889634f));
+            const float v = exp2f((((s1 * -1.0f) + b1[(64*i0_ + j0_)]) * 1.4426950408889634f));
             b0[(64*i0_ + j0_)] = v;
-            s18 += v;
+            s2 += v;
         }
-        const float s19 = (1.0f / s18);
+        const float s3 = (1.0f / s2);
         for (long long j0_ = 0; j0_ < 64; j0_++) {
-            b0[(64*i0_ + j0_)] = (b0[(64*i0_ + j0_)] * s19);
+            b0[(64*i0_ + j0_)] = (b0[(64*i0_ + j0_)] * s3);
         }
     }
 }

@@ -17,25 +17,25 @@ void lm_recip_sumreduce_exp2_maxreduce_<hash>(float* restrict b0, const float* r
     const long long dim_batch = d[0]; (void)dim_batch;
     #pragma omp parallel for if((8*dim_batch) > 16384)
     for (long long i0_ = 0; i0_ < dim_batch; i0_++) {
-        float s18 = (-INFINITY);
-        int s18_nan = 0;
-        #pragma omp simd reduction(max:s18) reduction(|:s18_nan)
+        float s1 = (-INFINITY);
+        int s1_nan = 0;
+        #pragma omp simd reduction(max:s1) reduction(|:s1_nan)
         for (long long j0_ = 0; j0_ < 8; j0_++) {
             const float v = b1[(8*i0_ + j0_)];
-            s18 = v > s18 ? v : s18;
-            s18_nan |= (v != v);
+            s1 = v > s1 ? v : s1;
+            s1_nan |= (v != v);
         }
-        if (s18_nan) s18 = NAN;
-        float s25 = 0.0f;
-        #pragma omp simd reduction(+:s25)
+        if (s1_nan) s1 = NAN;
+        float s2 = 0.0f;
+        #pragma omp simd reduction(+:s2)
         for (long long j0_ = 0; j0_ < 8; j0_++) {
-            const float v = exp2f(((b1[(8*i0_ + j0_)] + (s18 * -1.0f)) * 1.4426950408889634f));
+            const float v = exp2f((((s1 * -1.0f) + b1[(8*i0_ + j0_)]) * 1.4426950408889634f));
             b0[(8*i0_ + j0_)] = v;
-            s25 += v;
+            s2 += v;
         }
-        const float s26 = (1.0f / s25);
+        const float s3 = (1.0f / s2);
         for (long long j0_ = 0; j0_ < 8; j0_++) {
-            b0[(8*i0_ + j0_)] = (b0[(8*i0_ + j0_)] * s26);
+            b0[(8*i0_ + j0_)] = (b0[(8*i0_ + j0_)] * s3);
         }
     }
 }

@@ -1,0 +1,154 @@
+"""Canonical kernels: one computation, one source text.
+
+Lowering names a row kernel's locals after graph node ids (`s420`) and the e-graph may
+extract `x * -1` in one layer and `-1 * x` in the next, so identical kernels (a
+softmax per block of a 32-block graph) rendered to different C: separate translation
+units, separate gcc runs, separate kernel cache entries. `canonical(kernel)` renames
+value locals in order of declaration and orders the operands of two-operand `add` and
+`mul` (exactly commutative in IEEE and in wrapping int32 arithmetic), so such kernels
+render to the same text, hence the same symbol and one compiled function.
+
+Left alone, because changing them could change results or meaning: operands of `max`
+(the NaN-propagating max returns its second operand for `max(-0.0, +0.0)`), n-ary sums
+(float addition does not associate), index locals (index expressions read them by
+name) and every name that is not a value local (loop variables, buffers, scratch).
+A kernel holding a node this module does not know is returned unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from luminal.kernel import ir
+from luminal.kernel.indexing import is_loop_index, loop_name
+from luminal.shape.expr import Expr
+
+COMMUTATIVE = ("add", "mul")
+
+# nodes whose every field is understood: names below, children rewritten, the rest kept
+KNOWN: tuple[type, ...] = (
+    ir.Const,
+    ir.IndexValue,
+    ir.Load,
+    ir.Alu,
+    ir.Select,
+    ir.Cast,
+    ir.Var,
+    ir.Declare,
+    ir.Assign,
+    ir.Accumulate,
+    ir.Store,
+    ir.Reduction,
+    ir.Loop,
+    ir.If,
+    ir.Scope,
+    ir.CheckIndex,
+    ir.LocalMemory,
+    ir.Barrier,
+    ir.Call,
+    ir.Pointer,
+    ir.LibraryCall,
+    ir.Alloc,
+    ir.Free,
+)
+# fields naming a value local (a Var may also read an index local: kept by the mapping)
+LOCAL_NAME_FIELDS = {
+    ir.Declare: "name",
+    ir.Assign: "name",
+    ir.Accumulate: "name",
+    ir.Var: "name",
+    ir.Reduction: "name",
+}
+
+
+class _Unknown(Exception):
+    """A node type outside KNOWN: the kernel is left as lowered."""
+
+
+def canonical(kernel: ir.Kernel) -> ir.Kernel:
+    """`kernel` with value locals renamed in declaration order (`_mapping`) and the
+    operands of two-operand add/mul in a fixed order; the same values in every case."""
+    try:
+        declared, taken = _names(kernel.body)
+    except _Unknown:
+        return kernel
+    return dataclasses.replace(kernel, body=_rewrite(kernel.body, _mapping(declared, taken)))
+
+
+def _mapping(declared: list[str], taken: set[str]) -> dict[str, str]:
+    """New names: each name's leading part (the role lowering gave it: `s` for a row
+    local, `acc`, `v`) numbered from 1 in declaration order, `s420, s425` -> `s1, s2`; a
+    first name without a number stays bare (`acc`, `v`), so readable kernels stay so."""
+    counts: dict[str, int] = {}
+    used = set(taken)
+    mapping: dict[str, str] = {}
+    for name in declared:
+        prefix = name.rstrip("0123456789") or "s"
+        new = prefix if name == prefix and prefix not in counts else ""
+        count = counts.get(prefix, 1)
+        while not new or new in used:
+            new, count = f"{prefix}{count}", count + 1
+        counts[prefix] = count
+        used.add(new)
+        mapping[name] = new
+    return mapping
+
+
+def _names(body: tuple[ir.Stmt, ...]) -> tuple[list[str], set[str]]:
+    """Value locals in declaration order, and every other name the kernel uses (index
+    locals, loop variables, scratch and local memory), which fresh names must avoid."""
+    declared: dict[str, None] = {}
+    taken: set[str] = set()
+
+    def visit(node: Any) -> None:
+        if isinstance(node, tuple):
+            for item in node:
+                visit(item)
+            return
+        if isinstance(node, Expr):
+            taken.update(loop_name(v) for v in node.variables() if is_loop_index(v))
+            return
+        if not dataclasses.is_dataclass(node):
+            return
+        if type(node) not in KNOWN:
+            raise _Unknown(type(node).__name__)
+        if isinstance(node, ir.Declare | ir.Reduction):
+            if isinstance(node, ir.Declare) and node.dtype == ir.INDEX:
+                taken.add(node.name)
+            else:
+                declared.setdefault(node.name, None)
+        elif isinstance(node, ir.Loop):
+            taken.add(node.var)
+        elif isinstance(node, ir.CheckIndex | ir.LocalMemory | ir.Alloc):
+            taken.add(node.name)
+        if isinstance(node, ir.Loop):  # reductions are declared before the loop's body
+            visit(node.reductions)
+        for field in dataclasses.fields(node):
+            if not (isinstance(node, ir.Loop) and field.name == "reductions"):
+                visit(getattr(node, field.name))
+
+    visit(body)
+    return [name for name in declared if name not in taken], taken
+
+
+def _operand_key(value: ir.Value) -> tuple[bool, str]:
+    """Constants last (`x * -1.0f`, as lowering mostly writes it), then by content."""
+    return isinstance(value, ir.Const), repr(value)
+
+
+def _rewrite(node: Any, mapping: dict[str, str]) -> Any:
+    if isinstance(node, tuple):
+        return tuple(_rewrite(item, mapping) for item in node)
+    if isinstance(node, Expr) or not dataclasses.is_dataclass(node):
+        return node
+    changes = {
+        field.name: _rewrite(getattr(node, field.name), mapping)
+        for field in dataclasses.fields(node)
+    }
+    name_field = LOCAL_NAME_FIELDS.get(type(node))
+    if name_field is not None:
+        changes[name_field] = mapping.get(changes[name_field], changes[name_field])
+    if isinstance(node, ir.Alu) and node.op in COMMUTATIVE and len(node.args) == 2:
+        changes["args"] = tuple(sorted(changes["args"], key=_operand_key))
+    return dataclasses.replace(node, **changes)
