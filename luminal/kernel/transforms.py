@@ -610,24 +610,39 @@ def lanes(kernel: ir.Kernel, opt: Opt) -> ir.Kernel:
         )
         for load, name in vectors.items()
     ]
-    declared = sorted({x.name for x in walk(rest) if isinstance(x, ir.Declare)})
-    statements: list[ir.Stmt] = []
-    values: list[ir.Value] = []
-    for k in range(width):
-        body = _substitute(rest, loop.var, lane(k))
-        for load, name in vectors.items():
-            vector = ir.Var(name, ir.Vec(load.dtype, width))
-            body = _map_values(body, _substitute(load, loop.var, lane(k)), ir.Lane(vector, k))
-        if k:
-            body = _rename_locals(body, {n: _fresh(f"{n}_l{k}", taken) for n in declared})
-        *before, last = body
-        statements.extend(before)
-        values.append(last.value)
+    statements, values = _lane_copies(rest, loop.var, lane, width, vectors, taken)
     index = _substitute(store.index, loop.var, lane(0))
     wide_store = ir.VectorStore(store.param, index, tuple(values), store.dtype)
     body = (*prefix, *head, *statements, wide_store)
     new = replace(loop, var=var, extent=sym(extent // width), body=body)
     return replace(kernel, body=_replace(kernel.body, loop, [new]))
+
+
+def _lane_copies(
+    body: tuple[ir.Stmt, ...],
+    var: str,
+    lane: Callable[[int], Expr],
+    width: int,
+    vectors: dict[ir.Load, str],
+    taken: set[str],
+) -> tuple[list[ir.Stmt], list[ir.Value]]:
+    """The body once per lane (loop `var` = lane k's element, the wide loads' reads as
+    `Lane`s of their vectors, locals renamed after lane 0) without its final store, and
+    the value each lane stores."""
+    declared = sorted({x.name for x in walk(body) if isinstance(x, ir.Declare)})
+    statements: list[ir.Stmt] = []
+    values: list[ir.Value] = []
+    for k in range(width):
+        copy = _substitute(body, var, lane(k))
+        for load, name in vectors.items():
+            vector = ir.Var(name, ir.Vec(load.dtype, width))
+            copy = _map_values(copy, _substitute(load, var, lane(k)), ir.Lane(vector, k))
+        if k:
+            copy = _rename_locals(copy, {n: _fresh(f"{n}_l{k}", taken) for n in declared})
+        *before, last = copy
+        statements.extend(before)
+        values.append(last.value)
+    return statements, values
 
 
 def _vector_load(load: ir.Load, var: str, first: Expr, width: int) -> ir.VectorLoad:
@@ -664,11 +679,12 @@ def _aligned(index: Expr, var: str, lane: Callable[[int], Expr], width: int) -> 
 
 
 def _invariant_prefix(loop: ir.Loop) -> tuple[ir.Stmt, ...]:
-    """The declarations at the top of the body that do not depend on the loop variable
-    (a merged work-item axis decoded into indices): computed once, not per lane."""
+    """The declarations and index checks at the top of the body that do not depend on
+    the loop variable (a merged work-item axis decoded into indices, a gather's checked
+    row): computed once, before the wide loads, not per lane."""
     prefix: list[ir.Stmt] = []
     for stmt in loop.body:
-        if not isinstance(stmt, ir.Declare) or _mentions(stmt, loop.var):
+        if not isinstance(stmt, ir.Declare | ir.CheckIndex) or _mentions(stmt, loop.var):
             break
         prefix.append(stmt)
     return tuple(prefix)
@@ -678,8 +694,9 @@ def _wide_loads(
     body: tuple[ir.Stmt, ...], var: str, lane: Callable[[int], Expr], width: int
 ) -> list[ir.Load]:
     """The loads every lane makes unconditionally, of a vector type, contiguous and
-    aligned along `var` and indexed without locals of the body (in program order)."""
-    local = {x.name for x in walk(body) if isinstance(x, ir.Declare)}
+    aligned along `var` and indexed without locals the body declares or checks (the
+    wide loads are made before it: in program order)."""
+    local = {x.name for x in walk(body) if isinstance(x, ir.Declare | ir.CheckIndex)}
     found: list[ir.Load] = []
     for load in _unconditional_loads(body):
         if load in found or isinstance(load.param, str) or load.dtype not in ir.VECTOR_DTYPES:

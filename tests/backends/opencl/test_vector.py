@@ -12,7 +12,7 @@ import luminal as lm
 from luminal.backends import gpu_search
 from luminal.backends.gpu_runtime import GpuCompiledGraph
 from luminal.backends.opencl.runtime import OpenCLDevice
-from luminal.errors import CompileError
+from luminal.errors import CompileError, ExecutionError
 from luminal.kernel import ir
 from luminal.kernel.gpu import Choice, lower_gpu
 from luminal.kernel.indexing import loop_index
@@ -51,15 +51,40 @@ def _int32(rng: np.random.Generator) -> tuple[lm.Graph, lm.GraphTensor, np.ndarr
     return cx, out, a * 3 + 7
 
 
+def _padded_4d(rng: np.random.Generator) -> tuple[lm.Graph, lm.GraphTensor, np.ndarray]:
+    """Four loops (the outer two merged into one axis, decoded once per work-item) and a
+    padded input (a masked read: stays scalar per lane) beside a contiguous one."""
+    a = rng.standard_normal((3, 2, 4, 6)).astype(np.float32)
+    b = rng.standard_normal((3, 2, 4, 8)).astype(np.float32)
+    cx = lm.Graph()
+    x, y = cx.tensor((3, 2, 4, 6)).set(a), cx.tensor((3, 2, 4, 8)).set(b)
+    out = (x.pad((None, None, None, (1, 1))) * y + 0.5).retrieve()
+    return cx, out, np.pad(a, ((0, 0), (0, 0), (0, 0), (1, 1))) * b + 0.5
+
+
+def _gather(rng: np.random.Generator) -> tuple[lm.Graph, lm.GraphTensor, np.ndarray]:
+    """Rows read through a data-dependent index (checked, clamped): scalar loads per
+    lane, one wide store per work-item."""
+    table = rng.standard_normal((10, 16)).astype(np.float32)
+    ids = np.array([3, 0, 9, 3, 7], np.int32)
+    cx = lm.Graph()
+    rows = cx.tensor((10, 16)).set(table)
+    out = (rows.gather(cx.tensor((5,), dtype=lm.int32).set(ids)) * 2.0).retrieve()
+    return cx, out, table[ids] * 2.0
+
+
 def _programs(cx: lm.Graph) -> list:
-    """The graph lowered with each vector width on its one kernel site."""
+    """The graph lowered with each vector width on every kernel site that takes it."""
     program = lm.OpenCLCompiler().lower(cx)
-    (site,) = gpu_search.sites(cx, program)
-    return [gpu_search.lower_choices(cx, (16, 1), {site.node: Choice(vector=w)}) for w in WIDTHS]
+    nodes = [s.node for s in gpu_search.sites(cx, program) if s.option("vector(4)")]
+    assert nodes
+    return [
+        gpu_search.lower_choices(cx, (16, 1), {n: Choice(vector=w) for n in nodes}) for w in WIDTHS
+    ]
 
 
 def test_every_vector_width_computes_what_numpy_does(rng):
-    cases = [make(rng) for make in (_float32, _float16, _int32)]
+    cases = [make(rng) for make in (_float32, _float16, _int32, _padded_4d, _gather)]
     programs = [(case, p) for case in cases for p in _programs(case[0])]
     device = OpenCLDevice()
     every = [launch for _, p in programs for launch in p.launches]
@@ -81,6 +106,14 @@ def test_every_vector_width_computes_what_numpy_does(rng):
     for widths in results.values():  # wide accesses move data, the arithmetic is the same
         for got in widths[1:]:
             np.testing.assert_array_equal(got, widths[0])
+    # the gather at width 4 still checks its row before the wide read of it
+    (cx, _, _), program = programs[-1]
+    ids = next(n for n in cx.input_data if cx.nodes[n].dtype == lm.int32)
+    cx.input_data[ids] = np.array([3, 0, 12, 3, 7], np.int32)
+    compiled = GpuCompiledGraph(cx, program, device, "test")
+    compiled.names = [names[id(x)] for x in program.launches]
+    with pytest.raises(ExecutionError, match="12"):
+        compiled.execute(cx)
 
 
 def test_a_wide_access_needs_a_contiguous_aligned_divisible_axis(rng):
