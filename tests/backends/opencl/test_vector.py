@@ -18,7 +18,7 @@ from luminal.kernel.gpu import Choice, lower_gpu
 from luminal.kernel.indexing import loop_index
 from luminal.kernel.transforms import IllegalTransform, Opt
 from luminal.render.c import CRenderer
-from luminal.shape.expr import sym
+from luminal.shape.expr import sym, var
 
 WIDTHS = (1, 2, 4)
 
@@ -166,3 +166,24 @@ def test_plain_c_refuses_vector_values_by_name():
     assert inner.extent.as_int() == 16 and isinstance(inner.body[-1], ir.VectorStore)
     with pytest.raises(CompileError, match="CRenderer: no vector values \\(float32x4\\)"):
         CRenderer().render(kernel)
+
+
+@pytest.mark.parametrize(
+    ("store_index", "extent", "why"),
+    [
+        (lambda i, j: 64 * i + j + 1, 64, "not contiguous and aligned"),  # off by one
+        (lambda i, j: 128 * i + 2 * j, 64, "not contiguous and aligned"),  # stride 2
+        (lambda i, j: 64 * i + j, var("n"), "symbolic extent"),
+    ],
+    ids=["unaligned", "strided", "symbolic"],
+)
+def test_the_store_must_be_contiguous_and_aligned_over_a_known_extent(store_index, extent, why):
+    f32 = lm.float32
+    i, j = loop_index("i0_", sym(8)), loop_index("i1_", sym(extent))
+    store = ir.Store(0, store_index(i, j), ir.Load(1, 64 * i + j, f32), f32)
+    loop = ir.Loop("i1_", sym(extent), "serial", (store,))
+    body = (ir.Loop("i0_", sym(8), "parallel", (loop,)),)
+    params = (ir.Param(5, f32, output=True), ir.Param(1, f32))
+    kernel = ir.Kernel("copy", params, ("n",), body, (4, 5))
+    with pytest.raises(IllegalTransform, match=why):
+        Opt("lanes", "i1_", 2).apply(kernel)
