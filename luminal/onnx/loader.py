@@ -19,7 +19,7 @@ from onnx import numpy_helper
 
 from luminal.errors import LuminalError
 from luminal.graph import Graph
-from luminal.onnx import dtypes, functions
+from luminal.onnx import dtypes, functions, patterns
 from luminal.onnx.context import NodeContext, Value, is_static
 from luminal.onnx.errors import NeedsConstantInput, OnnxImportError, UnsupportedOpError, node_text
 from luminal.onnx.folding import FOLDERS, lift_array
@@ -165,7 +165,7 @@ class Importer:
             else:
                 inputs[info.name] = self._structured(info.type, info.name)
             env[info.name] = inputs[info.name]
-        self.run_nodes(graph.node, env, self.opsets)
+        self.run_nodes(patterns.rewrite(graph, self.opsets.get("", 0)), env, self.opsets)
         outputs: dict[str, Any] = {}
         for info in graph.output:
             optional = info.type.WhichOneof("value") == "optional_type"

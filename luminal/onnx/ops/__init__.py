@@ -13,6 +13,7 @@ from luminal.onnx.ops import (
     control_flow,
     elementwise,
     indexing,
+    internal,
     matmul,
     ml,
     nn_ops,
@@ -59,4 +60,5 @@ RULES: dict[str, Rule] = {
 DOMAIN_RULES: dict[tuple[str, str], Rule] = {
     **{("ai.onnx.ml", op): rule for op, rule in ml.RULES.items()},
     **{("ai.onnx.preview.training", op): rule for op, rule in training.RULES.items()},
+    **{("luminal.internal", op): rule for op, rule in internal.RULES.items()},
 }

@@ -1,0 +1,86 @@
+"""Exporter patterns rewritten at import (luminal/onnx/patterns.py): the rewrite fires
+on PyTorch's NaN-guarded attention and equals onnxruntime on the inputs where the guard
+matters (a row masked everywhere, NaN in V, a NaN score)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import luminal as lm
+from luminal.onnx import patterns
+from luminal.onnx.backend import LuminalBackend
+
+
+def _attention(zero: float = 0.0) -> onnx.ModelProto:
+    """softmax(q k^T + Where(mask, 0, -inf)) with SDPA's export guard, times v."""
+    floats = [("q", (2, 3, 4, 8)), ("k", (2, 3, 8, 5)), ("v", (2, 3, 5, 6))]
+    infos = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in floats]
+    infos.append(helper.make_tensor_value_info("mask", TensorProto.BOOL, (2, 1, 4, 5)))
+    constants = {
+        "zero": np.array(0.0, np.float32),
+        "ninf": np.array(-np.inf, np.float32),
+        "guard": np.array(zero, np.float32),
+    }
+    nodes = [
+        helper.make_node("Constant", [], [n], value=numpy_helper.from_array(v, n))
+        for n, v in constants.items()
+    ]
+    nodes += [
+        helper.make_node("MatMul", ["q", "k"], ["scores"]),
+        helper.make_node("Where", ["mask", "zero", "ninf"], ["bias"]),
+        helper.make_node("Add", ["scores", "bias"], ["masked"]),
+        helper.make_node("Softmax", ["masked"], ["p"], axis=-1),
+        helper.make_node("IsNaN", ["p"], ["nan"]),
+        helper.make_node("Where", ["nan", "guard", "p"], ["w"]),
+        helper.make_node("MatMul", ["w", "v"], ["out"]),
+    ]
+    out = helper.make_tensor_value_info("out", TensorProto.FLOAT, None)
+    graph = helper.make_graph(nodes, "attention", infos, [out])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def _feeds() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    feeds = {
+        "q": rng.standard_normal((2, 3, 4, 8)).astype(np.float32),
+        "k": rng.standard_normal((2, 3, 8, 5)).astype(np.float32),
+        "v": rng.standard_normal((2, 3, 5, 6)).astype(np.float32),
+        "mask": rng.uniform(0, 1, (2, 1, 4, 5)) < 0.7,
+    }
+    feeds["mask"][0, 0, 1] = False  # query row 1 of batch 0 sees no key: NaN -> 0
+    feeds["mask"][1, 0, 2] = True
+    feeds["v"][1, 2, 3, 4] = np.nan  # a NaN value stays NaN where its weight is finite
+    feeds["q"][1, 1, 3, 0] = np.nan  # a NaN score: the whole row is 0
+    return feeds
+
+
+def test_guarded_attention_is_rewritten() -> None:
+    model = _attention()
+    kinds = [n.op_type for n in patterns.rewrite(model.graph, 17)]
+    assert "NanRowsZeroMatMul" in kinds and "IsNaN" not in kinds
+    assert kinds.count("Where") == 1  # the mask's select stays
+
+
+def test_a_nonzero_guard_is_not_rewritten() -> None:
+    """Where(IsNaN(P), c, P) @ V with c != 0 is not 0 on NaN rows: left as it is."""
+    kinds = [n.op_type for n in patterns.rewrite(_attention(zero=1.0).graph, 17)]
+    assert "NanRowsZeroMatMul" not in kinds
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["reference", "compiled"])
+def test_rewritten_attention_equals_onnxruntime(compiled: bool) -> None:
+    model, feeds = _attention(), _feeds()
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (expected,) = session.run(None, feeds)
+    assert (expected[0, :, 1] == 0).all() and (expected[1, 1, 3] == 0).all()
+    assert np.isnan(expected[1, 2, :, 4]).any()
+    compiler = lm.CPUCompiler() if compiled else None
+    (ours,) = LuminalBackend.prepare(model, compiler=compiler).run(feeds)
+    np.testing.assert_allclose(ours, expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(np.isnan(ours), np.isnan(expected))
