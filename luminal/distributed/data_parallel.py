@@ -2,8 +2,8 @@
 
 Each rank runs the same graph on its shard of the global batch. One Python `Function`
 node takes the gradients and the loss, joined in one flat float32 bucket, and
-all-reduces (averages) it in place; the optimizer reads the averaged gradients back
-out of its output by views. On the CPU runtime the bucket is a "bucket Function"
+all-reduces (sums) it in place; the optimizer reads the gradients back out of its
+output by views, divided by the world size. On the CPU runtime the bucket is a "bucket Function"
 (luminal/backends/cpu/buckets.py): the backward kernels write the gradients into it
 directly, so nothing is copied around the all-reduce. So a step is still one `execute()`, with one
 collective, and every rank applies the same update to the same parameters: optimizer
@@ -69,13 +69,15 @@ class GradientBucket:
         return self._flat
 
     def reduce(self, flat: np.ndarray) -> None:
-        """On an optimizer step, average the filled bucket over the ranks in place."""
+        """On an optimizer step, sum the filled bucket over the ranks in place (the
+        graph divides the gradients by the world size where the optimizer reads them,
+        which costs no pass of its own)."""
         if not self.active:
             return
         if self.weight != 1.0:
             flat *= np.float32(self.weight)
-        self.communicator.all_reduce(flat, "avg")
-        self.loss = float(flat[-1])
+        self.communicator.all_reduce(flat, "sum")
+        self.loss = float(flat[-1]) / self.communicator.world_size
 
     def __call__(self, *pieces: np.ndarray) -> np.ndarray:
         """The gradients and the loss joined into a new flat float32 array and reduced."""
@@ -88,17 +90,20 @@ def averaged(
     graph: Graph, grads: Sequence[GraphTensor], loss: GraphTensor, bucket: GradientBucket
 ) -> list[GraphTensor]:
     """`grads` averaged over the ranks: the gradients and the loss go into one Function
-    node whose output is them joined in one flat bucket, all-reduced in place (on the
-    CPU runtime the backward writes them there directly); the gradients are read back
-    out of its output as float32 views."""
+    node whose output is them joined in one flat bucket, summed over the ranks in place
+    (on the CPU runtime the backward writes them there directly); the gradients are
+    read back out of its output as float32 views divided by the world size (fused into
+    the optimizer's kernels)."""
     total = sum(_numel(g) for g in grads) + 1
     bucket.reserve(total)
     inputs = [*grads, loss]
     reduced = graph.add_node(ops.Function(LABEL, bucket), inputs, (total,), float32)
+    world_size = bucket.communicator.world_size
     out, offset = [], 0
     for grad in grads:
         size = _numel(grad)
-        out.append(reduced[offset : offset + size].reshape(tuple(int(d) for d in grad.shape)))
+        view = reduced[offset : offset + size].reshape(tuple(int(d) for d in grad.shape))
+        out.append(view * (1.0 / world_size) if world_size > 1 else view)
         offset += size
     return out
 
