@@ -135,8 +135,8 @@ def custom_kernel(
     for language, source in sources.items():
         if function is None or f"{function}(" not in source.replace(" (", "("):
             raise GraphError(
-                f"custom_kernel: cannot find the function {function!r} in the {language} "
-                "source; pass name="
+                f"custom_kernel: cannot find the {'C ' if language == 'c' else ''}function "
+                f"{function!r} in the {language} source; pass name="
             )
     for dim in output_shape:
         if isinstance(dim, int) and dim < 0:

@@ -5,14 +5,18 @@ check against the reference runtime before the compiled graph is installed.
 
 A backend's compiler subclasses `GpuCompiler` and supplies `open_device()` (its
 `GpuDevice`, or CompileError naming what is missing) and, if it has kernels of its own,
-`program(graph)`.
+`program(graph)` and `lower_choices(graph, chosen)`. In the searching modes
+(`mode="optimal"`, `lm.TimeBudget(seconds)`) every kernel site's options are verified
+and timed on the device (`gpu_tuning`, `gpu_search`), keyed in the cache by
+`backend_id(device)`.
 """
 
 from __future__ import annotations
 
-import warnings
+import math
 from typing import Any
 
+from luminal.backends import gpu_search, gpu_tuning
 from luminal.backends.cpu.verify import check_inputs, output_views, reference_outputs
 from luminal.backends.gpu_runtime import GpuCompiledGraph, GpuDevice
 from luminal.compiler.egraph import EGraphCompiler
@@ -21,7 +25,9 @@ from luminal.custom import narrow_to
 from luminal.errors import CompileError
 from luminal.graph import Graph
 from luminal.kernel.gpu import GpuProgram, lower_gpu
-from luminal.search.budget import TimeBudget
+from luminal.search.budget import Deadline, TimeBudget
+from luminal.search.cache import SearchRecord
+from luminal.search.fingerprint import graph_fingerprint
 from luminal.search.outputs import read_outputs
 from luminal.search.strategy import check_outputs
 
@@ -35,6 +41,7 @@ class GpuCompiler:
 
     name = "GpuCompiler"
     language: str | None = None  # custom kernels' source language ("opencl", "cuda", ...)
+    cache = True  # keep search results on disk
 
     def __init__(
         self, mode: Any = "fast", verify: bool = True, rtol: float = 1e-3, atol: float = 1e-4
@@ -46,6 +53,8 @@ class GpuCompiler:
             )
         self.mode = mode
         self.verify = verify
+        self.search_record: SearchRecord | None = None  # what the last search tried
+        self.cache_hit = False  # whether its choices came from the disk cache
         self.rtol = rtol
         self.atol = atol
 
@@ -66,20 +75,52 @@ class GpuCompiler:
             narrow_to(graph, self.language)
         return self.program(graph)
 
+    def backend_id(self, device: GpuDevice) -> str:
+        """The device and driver, as search cache keys name them."""
+        raise NotImplementedError
+
+    def lower_choices(self, graph: Graph, chosen: dict[int, gpu_search.Option]) -> GpuProgram:
+        """The launches of a lowered graph with each node's chosen search option."""
+        return gpu_search.lower_choices(graph, gpu_search.DEFAULT, chosen)
+
     def compile(self, graph: Graph) -> GpuCompiledGraph:
         device = self.open_device()  # before the graph changes: CompileError without one
         if self.mode != "fast":
-            warnings.warn(
-                f"{self.name}: measured search over GPU schedules is not implemented yet; "
-                "the static GPU lowering is used",
-                stacklevel=3,
-            )
+            return self._compile_searching(graph, device)
         reference = graph.structure_copy() if self.verify else None
         graph.compiled = None
         compiled = GpuCompiledGraph(graph, self.lower(graph), device, self.name)
         compiled.build()
         if reference is not None:  # installed only once checked: Graph.compile restores
             self._verify(graph, compiled, reference)
+        graph.compiled = compiled
+        return compiled
+
+    def _compile_searching(self, graph: Graph, device: GpuDevice) -> GpuCompiledGraph:
+        """Measured search over every kernel site's options (`gpu_tuning`), then the
+        chosen program, always checked against the reference runtime."""
+        budget = self.mode.seconds if isinstance(self.mode, TimeBudget) else math.inf
+        deadline = Deadline(budget)
+        fingerprint = graph_fingerprint(graph)
+        reference = graph.structure_copy()
+        graph.compiled = None
+        compiled = GpuCompiledGraph(graph, self.lower(graph), device, self.name)
+        tuning = gpu_tuning.Tuning(
+            self.backend_id(device),
+            self.open_device,
+            self.lower_choices,
+            self.rtol,
+            self.atol,
+            self.cache,
+            str(self.mode),
+        )
+        outcome = gpu_tuning.search(graph, reference, compiled, fingerprint, deadline, tuning)
+        self.search_record, self.cache_hit = outcome.record, outcome.cache_hit
+        if outcome.chosen:
+            program = self.lower_choices(graph, outcome.chosen)
+            compiled = GpuCompiledGraph(graph, program, device, self.name)
+        compiled.build()  # the search measured on a program of its own
+        self._verify(graph, compiled, reference)  # a searched program is always checked
         graph.compiled = compiled
         return compiled
 

@@ -45,6 +45,7 @@ from luminal.kernel.gpu import (
     Choice,
     GpuProgram,
     Launch,
+    Special,
     custom_kernel_source,
     innermost_work_loop,
     local_size,
@@ -82,6 +83,7 @@ MAX_REPEATS = 50
 CUT = 2.0  # an option whose first run is this many times the best so far is not repeated
 
 Option = Schedule | Choice
+Lowering = Callable[[Graph, dict[int, Option]], GpuProgram]  # a graph with chosen options
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,8 @@ def sites(graph: Graph, program: GpuProgram) -> list[Site]:
     found: list[Site] = []
     products = kernels = 0
     for node_id, group in launches.items():
+        if any(_library_call(x.kernel) for x in group):
+            continue  # a custom kernel or a backend's own (CUDA's WMMA): nothing to choose
         if tileable(graph.nodes[node_id]) is not None:
             options = tuple((schedule_name(t), t) for t in OPTIONS)
             found.append(Site(node_id, f"matmul{products}", options))
@@ -126,6 +130,10 @@ def sites(graph: Graph, program: GpuProgram) -> list[Site]:
             found.append(Site(node_id, f"kernel{kernels}", tuple((c.name, c) for c in knobs)))
             kernels += 1
     return found
+
+
+def _library_call(kernel: ir.Kernel) -> bool:
+    return len(kernel.body) == 1 and isinstance(kernel.body[0], ir.Call)
 
 
 def knob_options(launches: Sequence[Launch]) -> list[Choice]:
@@ -264,11 +272,14 @@ def launches_by_node(program: GpuProgram) -> dict[int, list[Launch]]:
     return launches
 
 
-def lower_choices(graph: Graph, tile: Schedule, chosen: dict[int, Option]) -> GpuProgram:
-    """The program with each node's chosen option (a schedule or a `Choice`)."""
+def lower_choices(
+    graph: Graph, tile: Schedule, chosen: dict[int, Option], special: Special | None = None
+) -> GpuProgram:
+    """The program with each node's chosen option (a schedule or a `Choice`); `special`
+    a backend's own kernels, as for `lower_gpu`."""
     tiles = {n: o for n, o in chosen.items() if not isinstance(o, Choice)}
     choices = {n: o for n, o in chosen.items() if isinstance(o, Choice)}
-    return lower_gpu(graph, tile=tile, tiles=tiles, choices=choices)
+    return lower_gpu(graph, special=special, tile=tile, tiles=tiles, choices=choices)
 
 
 def search_sites(
@@ -277,16 +288,18 @@ def search_sites(
     make_device: Callable[[], GpuDevice],
     check: Callable[[GpuCompiledGraph], str | None],
     deadline: Deadline,
+    lower: Lowering | None = None,
 ) -> SiteSearch:
     """Verify and time every option of every site of `compiled` (the graph's inputs must
     be set); `check` runs a compiled graph and says why its outputs differ from the
     reference runtime's (None: they match); `make_device` gives a device for the program
-    holding every option."""
+    holding every option; `lower` lowers the graph with chosen options (default:
+    `lower_choices` with the default tile; CUDA adds its tensor-core kernels)."""
     found = sites(graph, compiled.program)
     result = SiteSearch({s.name: s.options[0][0] for s in found})
     if not found:
         return result
-    variants = _variants(graph, found)
+    variants = _variants(graph, found, lower)
     measuring = make_device()
     every = [*compiled.program.launches, *(x for group in variants.values() for x in group)]
     names = dict(zip(map(id, every), measuring.build(every), strict=True))
@@ -317,13 +330,24 @@ def search_sites(
     return result
 
 
-def _variants(graph: Graph, found: list[Site]) -> dict[tuple[int, str], list[Launch]]:
+def candidates(graph: Graph, program: GpuProgram, lower: Lowering | None = None) -> list[Launch]:
+    """Every launch a search builds into its one program: `program`'s own, then every
+    option's of every site (a backend renders and compiles them all without a device)."""
+    found = sites(graph, program)
+    variants = _variants(graph, found, lower) if found else {}
+    return [*program.launches, *(x for group in variants.values() for x in group)]
+
+
+def _variants(
+    graph: Graph, found: list[Site], lower: Lowering | None = None
+) -> dict[tuple[int, str], list[Launch]]:
     """Every site's launches under each of its options: the k-th lowering takes each
     site's k-th option, so a few lowerings cover the space."""
     variants: dict[tuple[int, str], list[Launch]] = {}
     for k in range(max(len(s.options) for s in found)):
         picked = {s.node: s.options[k] for s in found if k < len(s.options)}
-        program = lower_choices(graph, DEFAULT, {n: o for n, (_, o) in picked.items()})
+        chosen = {n: o for n, (_, o) in picked.items()}
+        program = lower(graph, chosen) if lower else lower_choices(graph, DEFAULT, chosen)
         launches = launches_by_node(program)
         for node_id, (name, _) in picked.items():
             variants[(node_id, name)] = launches[node_id]

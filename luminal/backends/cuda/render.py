@@ -149,3 +149,21 @@ class CUDARenderer(OpenCLRenderer):
     stmt_store = CRenderer.stmt_store
     half_load = "__half2float({})"
     half_store = "__float2half_rn({})"
+
+    # ---------------------------------------------------------------- vector values
+    # (`transforms.lanes`, a search knob): CUDA's float4/int4 through a cast pointer
+    # instead of OpenCL's vload4/vstore4; float16 lanes one by one, converted
+    def vector_load(self, pointer: str, vec: ir.Vec) -> str:
+        if vec.dtype == DType.float16:
+            lanes = ", ".join(f"__half2float(({pointer})[{k}])" for k in range(vec.width))
+            return f"make_{self.vector_type(vec)}({lanes})"
+        return f"(*(const {self.vector_type(vec)}*)({pointer}))"
+
+    def vector_store(self, pointer: str, vec: ir.Vec, values: list[str]) -> str:
+        if vec.dtype == DType.float16:
+            lanes = " ".join(
+                f"({pointer})[{k}] = __float2half_rn({v});" for k, v in enumerate(values)
+            )
+            return f"{{ {lanes} }}"
+        vector = self.vector_type(vec)
+        return f"*({vector}*)({pointer}) = make_{vector}({', '.join(values)});"

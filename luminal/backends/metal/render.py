@@ -146,6 +146,21 @@ class MetalRenderer(OpenCLRenderer):
     stmt_store = CRenderer.stmt_store
     half_store = "(half)({})"
 
+    # ---------------------------------------------------------------- vector values
+    # (`transforms.lanes`, a search knob): Metal's float4/int4/half4 through a cast
+    # pointer instead of OpenCL's vload4/vstore4; float16 converts as a whole vector
+    def vector_load(self, pointer: str, vec: ir.Vec) -> str:
+        stored = f"{self.storage_types[vec.dtype]}{vec.width}"
+        load = f"(*((device const {stored}*)({pointer})))"
+        return f"{self.vector_type(vec)}{load}" if vec.dtype == DType.float16 else load
+
+    def vector_store(self, pointer: str, vec: ir.Vec, values: list[str]) -> str:
+        stored = f"{self.storage_types[vec.dtype]}{vec.width}"
+        value = f"{self.vector_type(vec)}({', '.join(values)})"
+        if vec.dtype == DType.float16:
+            value = f"{stored}({value})"
+        return f"*((device {stored}*)({pointer})) = {value};"
+
 
 def _local_memory(body: tuple[ir.Stmt, ...]) -> list[ir.LocalMemory]:
     found: list[ir.LocalMemory] = []

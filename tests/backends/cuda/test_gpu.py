@@ -100,3 +100,27 @@ def test_grids_past_65535_blocks_on_y_and_z(rng: np.random.Generator) -> None:
     np.testing.assert_allclose(soft.numpy(), e / e.sum(-1, keepdims=True), rtol=1e-4, atol=1e-6)
     exact = a_data.astype(np.float32) @ b_data.astype(np.float32)
     np.testing.assert_allclose(product.numpy().astype(np.float32), exact, rtol=1e-2, atol=1e-2)
+
+
+def test_measured_search_times_options_on_the_gpu(rng: np.random.Generator, tmp_path, monkeypatch):
+    """The shared search through the CUDA runtime: options verified against the reference
+    and timed on the GPU, the chosen program correct, the second compile from the cache."""
+    from tests.backends.cuda.test_search import mlp
+
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
+    cx, out, expected = mlp(rng)
+    compiler = lm.CUDACompiler(mode="optimal")
+    cx.compile(compiler)
+    record = compiler.search_record
+    assert record is not None and record.backend.startswith("cuda/") and not compiler.cache_hit
+    ok = [t for t in record.trials if t.status == "ok"]
+    assert ok and all(t.seconds is not None and t.seconds > 0 for t in ok)
+    assert all(record.chosen[site] in options for site, options in record.sites.items())
+    cx.execute()
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-6)
+    again, out, expected = mlp(rng)
+    second = lm.CUDACompiler(mode="optimal")
+    again.compile(second)
+    assert second.cache_hit and second.search_record.chosen == record.chosen
+    again.execute()
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-6)
