@@ -4,13 +4,16 @@
 
 Starts `mpiexec -n 1` and `mpiexec -n 2` (from the MPICH wheel next to this Python) on
 itself. 1 rank runs the plain TrainStep; with 2, each rank runs `TrainStep(...,
-data_parallel=True)` (SGD, momentum 0.9, compiled
-with lm.CPUCompiler()) for the MLP 784-512-512-10 and LeNet-5 of bench/training.py, with
-a fixed batch per rank (weak scaling: the global batch grows with the ranks, as in
-DDP). Reported: step time (best of `--repeats` means over `--steps` steps, rank 0),
-samples/s of the global batch, the 2-rank/1-rank throughput ratio, scaling efficiency
-(ratio / 2), and the share of the step spent in the gradient all-reduce (communication
-plus waiting for the slower rank; measured on rank 0 by timing the communicator).
+data_parallel=True)` (SGD, momentum 0.9, compiled with lm.CPUCompiler()) for the MLP
+784-512-512-10 and LeNet-5 of bench/training.py, with a fixed batch per rank (weak
+scaling: the global batch grows with the ranks, as in DDP). Reported: step time (best
+of `--repeats` means over `--steps` steps, rank 0), samples/s of the global batch, the
+2-rank/1-rank throughput ratio, scaling efficiency (ratio / 2), and the share of the
+step spent in the gradient all-reduce (communication plus waiting for the slower rank;
+measured on rank 0 by timing the communicator). Then rank 0's CPU time per step by
+phase (compute and optimizer segments, the all-reduce's own work, waiting for the
+peer, the rest), steadier than wall time on a shared machine, with the speed-up in CPU
+time and without the waiting; then strong scaling where both b and 2b were measured.
 Then bench/tensor_parallel.py's table: tensor-parallel decode time per token of a small
 Llama with 1 and 2 ranks (`--no-tensor-parallel` skips it).
 """
@@ -24,7 +27,9 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from rows import Row
@@ -38,35 +43,71 @@ def worker(batches: list[int], steps: int, repeats: int) -> None:
     import luminal.distributed as dist
 
     dist.init()
-    spent = _time_all_reduce(dist.current())
+    clock = _time_all_reduce(dist.current())
     for name, shape in MODELS.items():
         for batch in batches:
-            best, share = measure(name, shape, batch, steps, repeats, spent)
+            timings = measure(name, shape, batch, steps, repeats, clock)
             if dist.rank() == 0:
                 row = {"model": name, "ranks": dist.world_size(), "batch": batch}
-                print(json.dumps({**row, "step": best, "comm_share": share}), flush=True)
+                print(json.dumps({**row, **timings}), flush=True)
 
 
-def _time_all_reduce(comm: object) -> list[float]:
-    """Make `comm.all_reduce` add its wall time to the returned one-element list."""
-    spent = [0.0]
-    reduce = comm.all_reduce
+class Clock:
+    """Seconds spent in phases of the steps, wall and this process's CPU time."""
 
-    def timed(*args: object, **kwargs: object) -> object:
-        start = time.perf_counter()
-        try:
-            return reduce(*args, **kwargs)
-        finally:
-            spent[0] += time.perf_counter() - start
+    def __init__(self) -> None:
+        self.wall: dict[str, float] = {}
+        self.cpu: dict[str, float] = {}
 
-    comm.all_reduce = timed
-    return spent
+    def clear(self) -> None:
+        self.wall.clear()
+        self.cpu.clear()
+
+    def timed(self, phase: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """`fn`, adding its wall and CPU time to `phase`."""
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            wall, cpu = time.perf_counter(), time.process_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.wall[phase] = self.wall.get(phase, 0.0) + time.perf_counter() - wall
+                self.cpu[phase] = self.cpu.get(phase, 0.0) + time.process_time() - cpu
+
+        return run
+
+
+def _time_all_reduce(comm: Any) -> Clock:
+    """A clock whose "comm" phase is the time spent in `comm.all_reduce`, and "wait" the
+    part of it spent polling MPI requests (waiting for the peer; on the shared-memory
+    path only its barriers, so comm - wait is the reduction's own work)."""
+    clock = Clock()
+    comm.all_reduce = clock.timed("comm", comm.all_reduce)
+    if hasattr(comm, "_wait"):
+        comm._wait = clock.timed("wait", comm._wait)
+    return clock
+
+
+def _time_segments(compiled: Any, clock: Clock) -> None:
+    """Add each compiled C segment's time to "compute" (forward, backward) or, after
+    the gradient bucket, "optimizer" (the 1-rank step is one segment: all "compute")."""
+    phase = "compute"
+    runners = []
+    for runner in compiled.runners:
+        if runner is None:
+            phase = "optimizer"
+            runners.append(None)
+        else:
+            runners.append(clock.timed(phase, runner))
+    compiled.runners = runners
 
 
 def measure(
-    name: str, shape: tuple, batch: int, steps: int, repeats: int, spent: list[float]
-) -> tuple[float, float]:
-    """Best mean step time over `repeats`, and the all-reduce share of that repeat."""
+    name: str, shape: tuple, batch: int, steps: int, repeats: int, clock: Clock
+) -> dict[str, float]:
+    """Best mean step time over `repeats` (wall), and that repeat's per-step phases: CPU
+    time of the step, of the compute and optimizer segments, of the all-reduce, and the
+    all-reduce's share of the step's wall time."""
     from training import luminal_lenet, luminal_mlp
 
     import luminal as lm
@@ -83,23 +124,29 @@ def measure(
         ("batch", *shape),
         data_parallel=dist.world_size() > 1,  # 1 rank: the plain step, no bucket
     )
+    _time_segments(step.graph.compiled, clock)
     rng = np.random.default_rng(0)
     world = dist.world_size()
     x = rng.standard_normal((batch * world, *shape)).astype(np.float32)
     y = rng.integers(0, 10, batch * world).astype(np.int32)
     for _ in range(steps):
         step(x, y)
-    best, share = float("inf"), 0.0
+    best: dict[str, float] = {"step": float("inf")}
     for _ in range(repeats):
         dist.barrier()
-        spent[0] = 0.0
-        start = time.perf_counter()
+        clock.clear()
+        start, cpu = time.perf_counter(), time.process_time()
         for _ in range(steps):
             step(x, y)
         seconds = (time.perf_counter() - start) / steps
-        if seconds < best:
-            best, share = seconds, spent[0] / steps / seconds
-    return best, share
+        if seconds < best["step"]:
+            best = {
+                "step": seconds,
+                "cpu": (time.process_time() - cpu) / steps,
+                "comm_share": clock.wall.get("comm", 0.0) / steps / seconds,
+                **{f"{k}_cpu": v / steps for k, v in clock.cpu.items()},
+            }
+    return best
 
 
 def launch(ranks: int, args: argparse.Namespace) -> list[dict]:
@@ -166,10 +213,60 @@ def main() -> None:
                 f"{rate_one:>13,.0f}{rate_two:>13,.0f}{speedup:>9.2f}x{speedup / 2:>7.0%}"
                 f"{two['comm_share']:>7.0%}"
             )
+    print_cpu_phases(rows, args.batch_per_rank)
+    print_strong_scaling(rows, args.batch_per_rank)
     if not args.no_tensor_parallel:
         from tensor_parallel import report  # bench/tensor_parallel.py, beside this file
 
         report(layers=4, steps=20, repeats=3)
+
+
+def print_cpu_phases(rows: dict[tuple[str, int, int], dict], batches: list[int]) -> None:
+    """Rank 0's CPU time per step by phase. What 2 ranks add to a rank's own work
+    ("compute" + "optimizer") is the all-reduce's work, the waiting for the peer (CPU
+    time too: the wait polls) and the Python around the bucket ("other" also holds the
+    step's Python that 1 rank has too); on a loaded machine CPU time is steadier than
+    wall time. 1 rank's step is one C segment, so its optimizer is inside "compute".
+    "w/o wait": the speed-up if the peer were never late (on a loaded machine it is
+    late because it waits for a core; on free cores, by the ranks' noise only)."""
+    names = ("compute", "optimizer", "reduce", "wait", "other", "total")
+    print("\nCPU time per step on rank 0 (ms):")
+    header = f"{'CPU speed-up':>14}{'w/o wait':>11}"
+    print(f"{'':<38}" + "".join(f"{n:>10}" for n in names) + header)
+    for name in MODELS:
+        for batch in batches:
+            for ranks in (1, 2):
+                row = rows[(name, batch, ranks)]
+                get = row.get
+                reduce = get("comm_cpu", 0.0) - get("wait_cpu", 0.0)
+                phases = [get("compute_cpu", 0.0), get("optimizer_cpu", 0.0), reduce]
+                phases += [get("wait_cpu", 0.0), row["cpu"] - sum(phases) - get("wait_cpu", 0.0)]
+                one = rows[(name, batch, 1)]["cpu"]
+                busy = row["cpu"] - get("wait_cpu", 0.0)
+                ratio = "" if ranks == 1 else f"{2 * one / row['cpu']:.2f}x"
+                ratio += "" if ranks == 1 else f"{2 * one / busy:>10.2f}x"
+                label = f"{name} b{batch} {ranks} rank{'s' if ranks > 1 else ''}"
+                print(
+                    f"  {label:<36}"
+                    + "".join(f"{v * 1e3:>10.3f}" for v in (*phases, row["cpu"]))
+                    + f"{ratio:>25}"
+                )
+
+
+def print_strong_scaling(rows: dict[tuple[str, int, int], dict], batches: list[int]) -> None:
+    """The same global batch on 1 and 2 ranks (1 rank at 2b against 2 ranks at b each),
+    where the optimizer's update, repeated on every rank, is not halved."""
+    pairs = [b for b in batches if 2 * b in batches]
+    if not pairs:
+        return
+    print("\nStrong scaling (global batch 2b: 1 rank at 2b, 2 ranks at b each):")
+    for name in MODELS:
+        for batch in pairs:
+            one, two = rows[(name, 2 * batch, 1)], rows[(name, batch, 2)]
+            print(
+                f"  {name:<22} 2b = {2 * batch:<4} wall {one['step'] / two['step']:.2f}x, "
+                f"CPU time {one['cpu'] / two['cpu']:.2f}x"
+            )
 
 
 if __name__ == "__main__":
