@@ -90,6 +90,7 @@ class CPUCompiler:
         from luminal.compiler.passes import GenericCompiler
         from luminal.search.fingerprint import graph_fingerprint
 
+        toolchain.start_support_units()  # gcc on gemm.c while the e-graph works
         budget = self.mode.seconds if isinstance(self.mode, TimeBudget) else math.inf
         deadline = Deadline(budget)
         fingerprint = graph_fingerprint(graph) if self.searching else ""

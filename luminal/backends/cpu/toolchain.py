@@ -43,6 +43,7 @@ runs under `LUMINAL_CC_TIMEOUT` seconds (default 300).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import hashlib
@@ -129,6 +130,7 @@ _lock = threading.Lock()
 _stats: dict[str, float] = {}
 _path_locks: dict[str, threading.Lock] = {}
 _prepared: set[str] = set()
+_support_started: set[str] = set()  # cache folders whose support units were started
 _loaded: dict[str, ctypes.CDLL] = {}
 
 
@@ -391,10 +393,7 @@ def build_shared(sources: Sequence[tuple[str, str]], link_blas: bool = False) ->
     the BLAS also gets luminal's `lm_sgemm` (`gemm.c`) and `lm_sgemm_rows` (`gemv.c`),
     which the sgemm kernels call."""
     if link_blas:
-        from luminal.backends.cpu import gemv
-        from luminal.backends.cpu.gemm import support_unit
-
-        sources = [*sources, support_unit(blas_flags().sgemm), gemv.support_unit()]
+        sources = [*sources, *_support_sources()]
     units = _units(sources)
     if not units:
         raise CompileError("build_shared needs at least one (name, source) unit")
@@ -406,6 +405,41 @@ def build_shared(sources: Sequence[tuple[str, str]], link_blas: bool = False) ->
     _prepare(directory)  # the sweep lists the whole cache: only when something is built
     objects = _compile_all(units, directory, None)
     return _link(objects, final, link_blas, ", ".join(u.name for u in units[:4]))
+
+
+def _support_sources() -> list[tuple[str, str]]:
+    """luminal's own units every library linking the BLAS gets: `lm_sgemm` (`gemm.c`)
+    and `lm_sgemm_rows` (`gemv.c`)."""
+    from luminal.backends.cpu import gemv
+    from luminal.backends.cpu.gemm import support_unit
+
+    return [support_unit(blas_flags().sgemm), gemv.support_unit()]
+
+
+def start_support_units() -> None:
+    """Compile the support units (`_support_sources`) on background threads, once per
+    cache and process, when the cache lacks them: they do not depend on the graph, so on
+    a cold cache gcc spends the ~1 s gemm.c takes while the e-graph and lowering work,
+    and `build_shared` finds them built (or waits on their lock). A failure here is left
+    to `build_shared`, which compiles the unit again and reports it."""
+    directory = cache_dir()
+    with _lock:
+        if os.fspath(directory) in _support_started:
+            return
+        _support_started.add(os.fspath(directory))
+    _prepare(directory)
+    for unit in _units(_support_sources()):
+        if not _cached(directory / f"{unit.key}.o", unit.key):
+            thread = threading.Thread(
+                target=_try_compile, args=(unit, directory), name=unit.name, daemon=True
+            )
+            thread.start()
+
+
+def _try_compile(unit: _Unit, directory: Path) -> None:
+    # a failure is build_shared's to report: it compiles the unit again
+    with contextlib.suppress(CompileError, OSError):
+        _compile_unit(unit, directory)
 
 
 def _link(objects: list[Path], final: Path, link_blas: bool, name: str) -> Path:
