@@ -18,6 +18,7 @@ A kernel holding a node this module does not know is returned unchanged.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 from luminal.kernel import ir
@@ -60,6 +61,11 @@ LOCAL_NAME_FIELDS = {
     ir.Var: "name",
     ir.Reduction: "name",
 }
+
+
+@functools.cache
+def _fields(cls: type) -> tuple[str, ...]:
+    return tuple(field.name for field in dataclasses.fields(cls))
 
 
 class _Unknown(Exception):
@@ -124,9 +130,9 @@ def _names(body: tuple[ir.Stmt, ...]) -> tuple[list[str], set[str]]:
             taken.add(node.name)
         if isinstance(node, ir.Loop):  # reductions are declared before the loop's body
             visit(node.reductions)
-        for field in dataclasses.fields(node):
-            if not (isinstance(node, ir.Loop) and field.name == "reductions"):
-                visit(getattr(node, field.name))
+        for name in _fields(type(node)):
+            if not (isinstance(node, ir.Loop) and name == "reductions"):
+                visit(getattr(node, name))
 
     visit(body)
     return [name for name in declared if name not in taken], taken
@@ -138,17 +144,25 @@ def _operand_key(value: ir.Value) -> tuple[bool, str]:
 
 
 def _rewrite(node: Any, mapping: dict[str, str]) -> Any:
+    """`node` with locals renamed and operands ordered; unchanged subtrees are returned
+    as they are (no copy)."""
     if isinstance(node, tuple):
-        return tuple(_rewrite(item, mapping) for item in node)
+        items = tuple(_rewrite(item, mapping) for item in node)
+        return node if all(a is b for a, b in zip(items, node, strict=True)) else items
     if isinstance(node, Expr) or not dataclasses.is_dataclass(node):
         return node
-    changes = {
-        field.name: _rewrite(getattr(node, field.name), mapping)
-        for field in dataclasses.fields(node)
-    }
+    changes = {}
+    for name in _fields(type(node)):
+        old = getattr(node, name)
+        new = _rewrite(old, mapping)
+        if new is not old:
+            changes[name] = new
     name_field = LOCAL_NAME_FIELDS.get(type(node))
-    if name_field is not None:
-        changes[name_field] = mapping.get(changes[name_field], changes[name_field])
+    if name_field is not None and getattr(node, name_field) in mapping:
+        changes[name_field] = mapping[getattr(node, name_field)]
     if isinstance(node, ir.Alu) and node.op in COMMUTATIVE and len(node.args) == 2:
-        changes["args"] = tuple(sorted(changes["args"], key=_operand_key))
-    return dataclasses.replace(node, **changes)
+        args = changes.get("args", node.args)
+        ordered = tuple(sorted(args, key=_operand_key))
+        if any(a is not b for a, b in zip(ordered, args, strict=True)):
+            changes["args"] = ordered
+    return dataclasses.replace(node, **changes) if changes else node
