@@ -1,18 +1,20 @@
-"""Exporter patterns rewritten before import, each exactly equal to what it replaces.
+"""Exporter patterns rewritten before import, so the CPU compiler sees attention as
+luminal's own models spell it (and fuses it into one kernel).
 
-PyTorch exports `scaled_dot_product_attention` as
-`MatMul(Where(IsNaN(P), 0, P), V)` with `P = Softmax(scores, axis=-1)`: rows that are
-masked everywhere (softmax 0/0 = NaN) give 0. luminal's Where is an exact select, a
-gather per element, and on the (batch, heads, queries, keys) weights it cost more than
-the products around it (MiniLM: a third of the run). A softmax row is NaN everywhere or
-nowhere (a NaN or +inf score makes the row's sum NaN, a row of -inf shifts by -inf - -inf),
-so the select moves after the product, on a (…, queries, width) tensor, its condition
-read from the first weight of each row:
-
-    NanRowsZeroMatMul(P, V) = Where(IsNaN(P[..., :1]), 0, P @ V)
-
-which equals the original for every input, V's own NaNs included (a finite row of P
-keeps P @ V; a NaN row gives 0 whatever V holds).
+1. PyTorch exports `scaled_dot_product_attention` as `MatMul(Where(IsNaN(P), 0, P), V)`
+   with `P = Softmax(scores, axis=-1)`: rows masked everywhere (softmax 0/0 = NaN) give 0.
+   luminal's Where is an exact select, a gather per element: on the (batch, heads,
+   queries, keys) weights it cost a third of MiniLM's run, and as a second reader of P
+   it kept the attention from fusing. A softmax row is NaN everywhere or nowhere (a NaN
+   or +inf score makes the row's sum NaN; a row of -inf shifts by -inf - -inf), so the
+   node becomes `NanRowsZeroMatMul(P, V)` (`ops/internal.py`): the product with V and a
+   column of ones, whose last column (each row's sum of weights) is NaN exactly on the
+   NaN rows, which are then set to 0. Exact for every input, V's own NaNs included.
+2. The same export scales q and k by sqrt(scale) each before their product, so both
+   scaled operands were copied; `MatMul(Mul(q, a), Mul(k, b))` becomes
+   `Mul(MatMul(q, k), a * b)` for scalar constants a, b: the scale on the scores, as the
+   fused attention takes it. This reassociates the float products (about one ulp of the
+   scores), like onnxruntime's own attention fusion.
 """
 
 from __future__ import annotations
@@ -31,8 +33,7 @@ def rewrite(graph: onnx.GraphProto, opset: int) -> list[onnx.NodeProto]:
     """The graph's nodes with every NaN-guarded attention product replaced."""
     nodes = list(graph.node)
     producer = {out: node for node in nodes for out in node.output if out}
-    uses = Counter(name for node in nodes for name in node.input if name)
-    uses.update(o.name for o in graph.output)
+    uses = _uses(nodes, graph)
     zeros = _zero_scalars(graph, nodes)
     dropped: set[int] = set()
     replaced: dict[int, onnx.NodeProto] = {}
@@ -54,7 +55,68 @@ def rewrite(graph: onnx.GraphProto, opset: int) -> list[onnx.NodeProto]:
         dropped.add(id(where))
         if uses[isnan.output[0]] == 1:
             dropped.add(id(isnan))
-    return [replaced.get(id(n), n) for n in nodes if id(n) not in dropped]
+    rewritten = [replaced.get(id(n), n) for n in nodes if id(n) not in dropped]
+    return _scales_after_products(rewritten, graph, _uses(rewritten, graph))
+
+
+def _uses(nodes: list[onnx.NodeProto], graph: onnx.GraphProto) -> Counter:
+    """How many nodes (and graph outputs) read each value."""
+    uses = Counter(name for node in nodes for name in node.input if name)
+    uses.update(o.name for o in graph.output)
+    return uses
+
+
+def _scales_after_products(
+    nodes: list[onnx.NodeProto], graph: onnx.GraphProto, uses: Counter
+) -> list[onnx.NodeProto]:
+    """MatMul(Mul(q, a), Mul(k, b)) -> Mul(MatMul(q, k), a * b) for scalar constants a, b
+    (either Mul may be absent): PyTorch's attention export scales q and k by sqrt(scale)
+    each, which makes the compiler copy both scaled operands; on the product the scale
+    is one multiply the fused attention takes in. Float rounding differs by
+    reassociation only (about one ulp of the scores)."""
+    producer = {out: node for node in nodes for out in node.output if out}
+    scalars = _float_scalars(graph, nodes)
+    dropped: set[int] = set()
+    out: list[onnx.NodeProto] = []
+    for node in nodes:
+        if node.op_type != "MatMul" or node.domain not in ("", "ai.onnx"):
+            out.append(node)
+            continue
+        operands, scale = [], 1.0
+        for name in node.input:
+            mul = producer.get(name)
+            factor = _scaled(mul, scalars, uses)
+            if factor is None:
+                operands.append(name)
+                continue
+            source, value = factor
+            operands.append(source)
+            scale *= value
+            dropped.add(id(mul))
+        if operands == list(node.input):
+            out.append(node)
+            continue
+        product, constant = f"{node.output[0]}__unscaled", f"{node.output[0]}__scale"
+        value = numpy_helper.from_array(np.array(scale, np.float32), constant)
+        out += [
+            helper.make_node("MatMul", operands, [product], name=node.name),
+            helper.make_node("Constant", [], [constant], value=value),
+            helper.make_node("Mul", [product, constant], list(node.output)),
+        ]
+    return [n for n in out if id(n) not in dropped]
+
+
+def _scaled(mul, scalars: dict[str, float], uses: Counter) -> tuple[str, float] | None:
+    """(x, a) when `mul` is Mul(x, a) or Mul(a, x) with a float scalar constant, read
+    by one node only."""
+    if mul is None or mul.op_type != "Mul" or uses[mul.output[0]] != 1:
+        return None
+    a, b = mul.input
+    if b in scalars and a not in scalars:
+        return a, scalars[b]
+    if a in scalars and b not in scalars:
+        return b, scalars[a]
+    return None
 
 
 def _guarded_softmax(where, producer, uses, zeros, opset) -> tuple[str, onnx.NodeProto] | None:
@@ -76,21 +138,23 @@ def _guarded_softmax(where, producer, uses, zeros, opset) -> tuple[str, onnx.Nod
 
 
 def _zero_scalars(graph: onnx.GraphProto, nodes: list[onnx.NodeProto]) -> set[str]:
-    """Names of values that are one float 0 (a Constant node or an initializer)."""
-    found = set()
-    for init in graph.initializer:
-        if _is_zero(init):
-            found.add(init.name)
+    """Names of values that are one float +0 (a -0 would give rows of -0)."""
+    return {
+        name
+        for name, value in _float_scalars(graph, nodes).items()
+        if value == 0 and not np.signbit(value)
+    }
+
+
+def _float_scalars(graph: onnx.GraphProto, nodes: list[onnx.NodeProto]) -> dict[str, float]:
+    """Values that are one float32 number (a Constant node or an initializer)."""
+    found = {}
+    tensors = [(init.name, init) for init in graph.initializer]
     for node in nodes:
-        if node.op_type == "Constant" and len(node.attribute) == 1:
-            attribute = node.attribute[0]
-            if attribute.name == "value" and _is_zero(attribute.t):
-                found.add(node.output[0])
+        attributes = node.attribute
+        if node.op_type == "Constant" and len(attributes) == 1 and attributes[0].name == "value":
+            tensors.append((node.output[0], attributes[0].t))
+    for name, tensor in tensors:
+        if tensor.data_type == onnx.TensorProto.FLOAT and np.prod(tensor.dims, dtype=int) == 1:
+            found[name] = float(numpy_helper.to_array(tensor).reshape(-1)[0])
     return found
-
-
-def _is_zero(tensor: onnx.TensorProto) -> bool:
-    if tensor.data_type != onnx.TensorProto.FLOAT or np.prod(tensor.dims, dtype=int) != 1:
-        return False
-    value = numpy_helper.to_array(tensor).reshape(-1)[0]
-    return bool(value == 0 and not np.signbit(value))  # +0: a -0 row would differ in sign

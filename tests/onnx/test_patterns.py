@@ -11,12 +11,14 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import luminal as lm
+from luminal import ops
 from luminal.onnx import patterns
 from luminal.onnx.backend import LuminalBackend
 
 
 def _attention(zero: float = 0.0) -> onnx.ModelProto:
-    """softmax(q k^T + Where(mask, 0, -inf)) with SDPA's export guard, times v."""
+    """softmax(q k^T / sqrt(8) + Where(mask, 0, -inf)) with SDPA's export guard, times v
+    (the scale split as sqrt on q and on k, as PyTorch exports it)."""
     floats = [("q", (2, 3, 4, 8)), ("k", (2, 3, 8, 5)), ("v", (2, 3, 5, 6))]
     infos = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in floats]
     infos.append(helper.make_tensor_value_info("mask", TensorProto.BOOL, (2, 1, 4, 5)))
@@ -24,13 +26,16 @@ def _attention(zero: float = 0.0) -> onnx.ModelProto:
         "zero": np.array(0.0, np.float32),
         "ninf": np.array(-np.inf, np.float32),
         "guard": np.array(zero, np.float32),
+        "root_scale": np.array(8**-0.25, np.float32),
     }
     nodes = [
         helper.make_node("Constant", [], [n], value=numpy_helper.from_array(v, n))
         for n, v in constants.items()
     ]
     nodes += [
-        helper.make_node("MatMul", ["q", "k"], ["scores"]),
+        helper.make_node("Mul", ["q", "root_scale"], ["q_scaled"]),  # as SDPA exports
+        helper.make_node("Mul", ["root_scale", "k"], ["k_scaled"]),
+        helper.make_node("MatMul", ["q_scaled", "k_scaled"], ["scores"]),
         helper.make_node("Where", ["mask", "zero", "ninf"], ["bias"]),
         helper.make_node("Add", ["scores", "bias"], ["masked"]),
         helper.make_node("Softmax", ["masked"], ["p"], axis=-1),
@@ -61,10 +66,14 @@ def _feeds() -> dict[str, np.ndarray]:
 
 
 def test_guarded_attention_is_rewritten() -> None:
-    model = _attention()
-    kinds = [n.op_type for n in patterns.rewrite(model.graph, 17)]
+    nodes = patterns.rewrite(_attention().graph, 17)
+    kinds = [n.op_type for n in nodes]
     assert "NanRowsZeroMatMul" in kinds and "IsNaN" not in kinds
     assert kinds.count("Where") == 1  # the mask's select stays
+    (scores,) = [n for n in nodes if n.op_type == "MatMul"]
+    assert list(scores.input) == ["q", "k"]  # the two sqrt scales moved onto the scores
+    (scale,) = [n for n in nodes if n.op_type == "Mul"]
+    assert scale.output[0] == "scores"
 
 
 def test_a_nonzero_guard_is_not_rewritten() -> None:
@@ -81,6 +90,9 @@ def test_rewritten_attention_equals_onnxruntime(compiled: bool) -> None:
     assert (expected[0, :, 1] == 0).all() and (expected[1, 1, 3] == 0).all()
     assert np.isnan(expected[1, 2, :, 4]).any()
     compiler = lm.CPUCompiler() if compiled else None
-    (ours,) = LuminalBackend.prepare(model, compiler=compiler).run(feeds)
+    rep = LuminalBackend.prepare(model, compiler=compiler)
+    (ours,) = rep.run(feeds)
     np.testing.assert_allclose(ours, expected, rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(np.isnan(ours), np.isnan(expected))
+    if compiled:  # P is read by the product alone, so the attention fuses
+        assert any(isinstance(n.op, ops.FusedAttention) for n in rep.graph.nodes.values())
