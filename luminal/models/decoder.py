@@ -209,8 +209,9 @@ class DecoderStack(Module):
         for index, layer in enumerate(self.blocks):
             cache = None if caches is None else caches[index]
             hidden, new_cache = layer(hidden, cache, None, position_embeddings)
-            # one e-graph region per layer: identical layers are rewritten once, and a
-            # deep stack never outgrows the e-graph's node limit (then nothing is rewritten)
+            # one e-graph region per layer: identical layers are saturated once (a deep
+            # stack as one region took seconds and, under load, could stop at the
+            # e-graph's time limit before its products became BLAS calls)
             hidden = hidden.graph_break()
             new_caches.append(new_cache)
         return hidden, new_caches

@@ -1,7 +1,7 @@
 """What a decode step of a deep model runs: a Qwen2 with 24 layers (the depth of
 Qwen2-0.5B) compiles to BLAS products on the few-rows path and fused attention, as a
-2-layer model does (each layer is its own e-graph region, so the stack never outgrows the
-e-graph's node limit), and its logits equal transformers'."""
+2-layer model does (each layer is its own e-graph region, saturated once for all of
+them), and its logits equal transformers'."""
 
 from __future__ import annotations
 
