@@ -1,10 +1,17 @@
 """Quantized decode: tokens/s of a ~1B-parameter Llama (TinyLlama-1.1B's shape, seeded
 random weights) from GGUF files in F32, Q8_0, Q4_0 and Q4_K, at 2 threads; bytes of
-weights read per token, and that traffic as a share of the machine's measured read
-bandwidth (decode is bound by it: tokens/s <= bandwidth / bytes per token).
+weights read per token, and that traffic as a share of the machine's read bandwidth
+measured right before each format at the same thread count (decode is bound by it:
+tokens/s <= bandwidth / bytes per token). CPU seconds per token are printed too: on a
+shared machine they move far less than wall time.
+
+When llama-cpp-python is importable (the `bench` extra; it compiles llama.cpp), the
+same file runs through `llama_cpp.Llama` with the same threads in the same run: decode
+tokens/s and the time of a 128-token prefill, as ratios luminal / llama.cpp.
 
 The files are built here with luminal.quant.writing.save_gguf_llama (streamed, one
-tensor at a time) and cached under bench/data/ (ignored by git; ~7 GB in all).
+tensor at a time, with a synthetic 32000-piece SentencePiece vocabulary, which
+llama.cpp needs to load a file) and cached under bench/data/ (ignored by git; ~7 GB).
 
     .venv/bin/python bench/quantized.py [--formats f32,q8_0,q4_0,q4_k,q4_0+int8] [--threads 2]
 
@@ -40,7 +47,11 @@ CONFIG = {  # TinyLlama-1.1B
     "rms_norm_eps": 1e-5,
     "rope_theta": 10000.0,
     "tie_word_embeddings": False,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
 }
+PROMPT = np.arange(1, 17, dtype=np.int32)  # the decode bench's prompt
+PREFILL = np.arange(1, 129, dtype=np.int32) % CONFIG["vocab_size"]  # the prefill bench's
 
 READ_KERNEL = """
 void parallel_read(int* out, const int* x, const long long* numel) {
@@ -84,6 +95,21 @@ def shapes(config: dict) -> dict[str, tuple[int, ...]]:
     return out | {"model.norm.weight": (h,), "lm_head.weight": (v, h)}
 
 
+def vocabulary(size: int):  # noqa: ANN201 (a tokenizers.Tokenizer)
+    """A SentencePiece-style tokenizer of `size` pieces: <unk> <s> </s>, the 256 byte
+    pieces, then "▁0", "▁1", ...: llama.cpp refuses a file without a vocabulary."""
+    from tokenizers import AddedToken, Tokenizer, models
+
+    pieces = ["<unk>", "<s>", "</s>", *(f"<0x{b:02X}>" for b in range(256))]
+    pieces += [f"▁{i}" for i in range(size - len(pieces))]
+    model = models.BPE(
+        {p: i for i, p in enumerate(pieces)}, [], unk_token="<unk>", byte_fallback=True
+    )
+    tokenizer = Tokenizer(model)
+    tokenizer.add_special_tokens([AddedToken(t, special=True) for t in pieces[:3]])
+    return tokenizer
+
+
 def build(path: Path, config: dict, kind: str | None) -> None:
     """Seeded weights (each tensor from its own seed), written one tensor at a time."""
 
@@ -100,7 +126,7 @@ def build(path: Path, config: dict, kind: str | None) -> None:
         name: (shape, maker(i, shape)) for i, (name, shape) in enumerate(shapes(config).items())
     }
     temporary = path.with_suffix(".partial")
-    save_gguf_llama(temporary, config, state, kind)
+    save_gguf_llama(temporary, config, state, kind, tokenizer=vocabulary(config["vocab_size"]))
     temporary.rename(path)
 
 
@@ -114,37 +140,82 @@ def bytes_per_token(model: lm.nn.Module) -> int:
     return total
 
 
-def decoder(path: Path, int8: bool) -> tuple[Callable[[int], float], int, float]:
-    """(a function running n more greedy single-token steps and returning their seconds,
-    weight bytes per token, load seconds), after a 16-token prompt and 3 warm-up steps.
-    `int8`: llama.cpp-style 8-bit activations."""
+class Stepper:
+    """Greedy single-token steps after a prompt: `run(n)` returns (wall, CPU) seconds of
+    n more steps. The luminal side (a DecoderSession) and the llama.cpp side share it."""
+
+    def __init__(self, step: Callable[[int], int], first: int) -> None:
+        self.step, self.token = step, first
+
+    def run(self, n: int) -> tuple[float, float]:
+        wall, cpu = time.perf_counter(), time.process_time()
+        for _ in range(n):
+            self.token = self.step(self.token)
+        return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def decoder(path: Path, int8: bool) -> tuple[Stepper, Callable[[], float], int, float]:
+    """(steps after a 16-token prompt and 3 warm-up steps, a function timing a 128-token
+    prefill, weight bytes per token, load seconds). `int8`: llama.cpp-style 8-bit
+    activations."""
     start = time.perf_counter()
     model = load_gguf_model(path, quantized_activations=int8)
     load = time.perf_counter() - start
     session = model.session(compiler=lm.CPUCompiler(verify=not int8))
-    logits = [session.prefill(np.arange(1, 17, dtype=np.int32))]
 
-    def steps(n: int) -> float:
+    def step(token: int) -> int:
+        return int(session.step([token])[0].argmax())
+
+    def prefill() -> float:
         start = time.perf_counter()
-        for _ in range(n):
-            logits[0] = session.step([int(logits[0][0].argmax())])
+        session.prefill(PREFILL)
         return time.perf_counter() - start
 
-    steps(3)  # warm-up
-    return steps, bytes_per_token(model), load
+    prefill()  # compiles, and plans the 128-row run
+    stepper = Stepper(step, int(session.prefill(PROMPT)[0].argmax()))
+    stepper.run(3)  # warm-up
+    return stepper, prefill, bytes_per_token(model), load
 
 
-def decode(path: Path, tokens: int, int8: bool) -> tuple[float, int, float]:
-    """(tokens/s over `tokens` single-token steps after a 16-token prompt, weight bytes
-    per token, load seconds). `int8`: llama.cpp-style 8-bit activations."""
-    steps, size, load = decoder(path, int8)
-    return tokens / steps(tokens), size, load
+def llama_cpp_decoder(path: Path, threads: int) -> tuple[Stepper, Callable[[], float]] | None:
+    """The same as `decoder` through llama.cpp (llama-cpp-python), or None when it is not
+    installed: greedy steps on the logits `Llama.eval` keeps, and a 128-token prefill
+    into an emptied context."""
+    try:
+        from llama_cpp import Llama
+    except ImportError:
+        return None
+    llm = Llama(
+        model_path=str(path),
+        n_ctx=512,
+        n_batch=512,
+        n_threads=threads,
+        n_threads_batch=threads,
+        verbose=False,
+    )
+
+    def step(token: int) -> int:
+        llm.eval([token])
+        return int(np.argmax(llm.scores[llm.n_tokens - 1]))
+
+    def prefill() -> float:
+        llm.reset()
+        start = time.perf_counter()
+        llm.eval(PREFILL.tolist())
+        return time.perf_counter() - start
+
+    prefill()
+    llm.reset()
+    llm.eval(PROMPT.tolist())
+    stepper = Stepper(step, int(np.argmax(llm.scores[llm.n_tokens - 1])))
+    stepper.run(3)
+    return stepper, prefill
 
 
 def gguf_path(name: str, layers: int, config: dict) -> Path:
     """The cached GGUF file of format `name` ("q4_0+int8" reads q4_0's), built if missing."""
     kind = name.removesuffix("+int8")
-    path = DATA / f"llama-1b-{layers}l-{kind}.gguf"
+    path = DATA / f"llama-1b-{layers}l-{kind}-vocab.gguf"
     if not path.exists():
         print(f"building {path.name} ...", flush=True)
         DATA.mkdir(exist_ok=True)
@@ -153,22 +224,60 @@ def gguf_path(name: str, layers: int, config: dict) -> Path:
 
 
 def collect(timer: Timer, quick: bool, threads: int) -> list[Row]:
-    """The dashboard's rows: seconds per decoded token (22 layers; 2 with `quick`). No
-    peer runs here: llama.cpp is named as the peer and recorded as not measured."""
+    """The dashboard's rows: seconds per decoded token (22 layers; 2 with `quick`) against
+    llama.cpp on the same file when llama-cpp-python is installed."""
     layers, tokens = (2, 4) if quick else (CONFIG["num_hidden_layers"], 8)
     config = {**CONFIG, "num_hidden_layers": layers}
     bandwidth = read_bandwidth(0.25 if quick else 1.0)
     rows = []
-    for name in ("q4_0", "q4_0+int8"):  # Q8_0, Q4_K and F32: the command line
-        steps, size, load = decoder(gguf_path(name, layers, config), name.endswith("+int8"))
-        seconds = timer.self_timed({"luminal": lambda steps=steps: steps(tokens)})["luminal"]
-        per_token = seconds / tokens
+    for name in ("q4_0", "q8_0"):  # Q4_K, F32 and +int8: the command line
+        path = gguf_path(name, layers, config)
+        ours, _, size, _ = decoder(path, False)
+        peer = llama_cpp_decoder(path, threads)
+        contestants = {"luminal": lambda ours=ours: ours.run(tokens)[0]}
+        if peer is not None:
+            contestants["llama.cpp"] = lambda peer=peer: peer[0].run(tokens)[0]
+        seconds = timer.self_timed(contestants)
+        per_token = seconds["luminal"] / tokens
         share = size / per_token / bandwidth
-        note = f"{share:.0%} of read bandwidth; llama.cpp not run by this bench (not measured)"
+        note = f"{share:.0%} of read bandwidth"
+        if peer is None:
+            note += "; llama-cpp-python not installed (not measured)"
+        theirs = None if peer is None else seconds["llama.cpp"] / tokens
         case = f"Llama-1.1B-shaped {layers}L {name} decode, per token"
         print(f"{case}: {per_token * 1e3:.1f} ms ({note})", flush=True)
-        rows.append(Row("quantized", case, per_token, "llama.cpp", None, note))
+        rows.append(Row("quantized", case, per_token, "llama.cpp", theirs, note))
     return rows
+
+
+def measure(name: str, path: Path, args: argparse.Namespace) -> None:
+    """One format's line, and llama.cpp's beside it when installed."""
+    bandwidth = read_bandwidth(repeats=3)  # right before: other jobs come and go
+    ours, prefill, size, load = decoder(path, name.endswith("+int8"))
+    wall, cpu = ours.run(args.tokens)
+    rate = args.tokens / wall
+    first = min(prefill() for _ in range(3))
+    share = 100 * rate * size / bandwidth
+    print(
+        f"{name:>9} {path.stat().st_size / 1e9:7.2f} {load:7.2f} {rate:7.2f} "
+        f"{1e3 * cpu / args.tokens:8.1f} {size / 1e6:8.1f} {bandwidth / 1e9:7.1f} "
+        f"{share:7.0f}% {1e3 * first:9.0f}",
+        flush=True,
+    )
+    peer = None if name.endswith("+int8") else llama_cpp_decoder(path, args.threads)
+    if peer is None:
+        return
+    steps, theirs = peer
+    their_wall, their_cpu = steps.run(args.tokens)
+    their_rate, their_first = args.tokens / their_wall, min(theirs() for _ in range(3))
+    print(
+        f"{'llama.cpp':>9} {'':7} {'':7} {their_rate:7.2f} "
+        f"{1e3 * their_cpu / args.tokens:8.1f} {'':8} {'':7} "
+        f"{100 * their_rate * size / bandwidth:7.0f}% {1e3 * their_first:9.0f}   "
+        f"luminal/llama.cpp: tok/s {rate / their_rate:.2f}x, prefill time "
+        f"{first / their_first:.2f}x",
+        flush=True,
+    )
 
 
 def main() -> None:
@@ -185,21 +294,27 @@ def main() -> None:
     equal_threads(args.threads)
     config = {**CONFIG, "num_hidden_layers": args.layers}
     DATA.mkdir(exist_ok=True)
-    bandwidth = read_bandwidth()
-    print(f"read bandwidth ({args.threads} threads, 1 GiB sum): {bandwidth / 1e9:.1f} GB/s")
-    columns = ("file GB", "load s", "tok/s", "MB/token", "% of read bw")
-    print(f"{'format':>9} " + " ".join(f"{c:>8}" for c in columns))
-    for name in args.formats.split(","):
-        path = gguf_path(name, args.layers, config)
-        rate, size, load = decode(path, args.tokens, name.endswith("+int8"))
-        share = 100 * rate * size / bandwidth
-        gigabytes = path.stat().st_size / 1e9
-        print(
-            f"{name:>9} {gigabytes:8.2f} {load:7.2f} {rate:7.2f} {size / 1e6:9.1f} {share:12.0f}%"
-        )
+    paths = {name: gguf_path(name, args.layers, config) for name in args.formats.split(",")}
     print(
-        f"OMP threads {os.environ.get('OMP_NUM_THREADS', args.threads)}; llama-cpp-python: not run"
+        f"read bw: an all-threads sum over 1 GiB at {args.threads} threads, measured before "
+        f"each format; prefill: {len(PREFILL)} tokens, best of 3"
     )
+    columns = ("file GB", "load s", "tok/s", "CPU ms/tok", "MB/tok", "read GB/s", "% of bw")
+    print(f"{'format':>9} " + " ".join(f"{c:>7}" for c in columns) + " prefill ms")
+    for name, path in paths.items():
+        measure(name, path, args)
+    llama = "run" if llama_cpp_available() else "not installed"
+    print(
+        f"OMP threads {os.environ.get('OMP_NUM_THREADS', args.threads)}; llama-cpp-python: {llama}"
+    )
+
+
+def llama_cpp_available() -> bool:
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 if __name__ == "__main__":
