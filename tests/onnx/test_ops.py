@@ -138,3 +138,35 @@ def test_det_pivots_and_singular_matrices() -> None:
     model = _model(helper.make_node("Det", ["x"], ["y"]), {"x": x}, ["y"])
     (ours,) = LuminalBackend.prepare(model).run({"x": x})
     np.testing.assert_allclose(ours, np.linalg.det(x.astype(np.float64)), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["reference", "compiled"])
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        (np.array(0.0, np.float32), np.array(-np.inf, np.float32)),  # an attention mask
+        (np.full((1, 1, 1), np.nan, np.float32), np.array(2.5, np.float32)),  # rank 3
+        (np.array(7, np.int64), np.array(-3, np.int64)),
+    ],
+)
+def test_where_between_two_known_scalars(a: np.ndarray, b: np.ndarray, compiled: bool) -> None:
+    """Where(c, a, b) with a and b initializers indexes the table [b, a]: exact values
+    (inf and NaN kept), the broadcast shape and type as onnxruntime's."""
+    condition = np.random.default_rng(4).uniform(0, 1, (2, 3)) < 0.5
+    inits = [onnx.numpy_helper.from_array(a, "a"), onnx.numpy_helper.from_array(b, "b")]
+    graph = helper.make_graph(
+        [helper.make_node("Where", ["c", "a", "b"], ["y"])],
+        "where",
+        [helper.make_tensor_value_info("c", TensorProto.BOOL, (2, 3))],
+        [helper.make_tensor_value_info("y", TensorProto.UNDEFINED, None)],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    model = onnx.shape_inference.infer_shapes(model)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (expected,) = session.run(None, {"c": condition})
+    compiler = lm.CPUCompiler() if compiled else None
+    (ours,) = LuminalBackend.prepare(model, compiler=compiler).run({"c": condition})
+    assert ours.shape == expected.shape and ours.dtype == expected.dtype
+    np.testing.assert_array_equal(ours, expected)

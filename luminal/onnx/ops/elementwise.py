@@ -10,9 +10,9 @@ import numpy as np
 from onnx import TensorProto
 
 from luminal.dtype import DType, bool_, float32, int32
-from luminal.hl.binary import not_nan
+from luminal.hl.binary import broadcast_shapes, not_nan
 from luminal.onnx import dtypes
-from luminal.onnx.context import NodeContext
+from luminal.onnx.context import NodeContext, is_static
 from luminal.onnx.ops.common import as_float, floor, round_half_even, select
 from luminal.onnx.ops.minifloat import round_to, to_e8m0
 from luminal.tensor import GraphTensor
@@ -222,7 +222,23 @@ def _not(ctx: NodeContext) -> GraphTensor:
 
 
 def _where(ctx: NodeContext) -> GraphTensor:
+    a, b = ctx.inputs[1], ctx.inputs[2]
+    if all(is_static(v) and v.size == 1 and v.dtype.kind in "iuf" for v in (a, b)):
+        return _select_scalars(ctx, a, b)
     return select(ctx.tensor(0), ctx.tensor(1), ctx.tensor(2))
+
+
+def _select_scalars(ctx: NodeContext, a: np.ndarray, b: np.ndarray) -> GraphTensor:
+    """Where(c, a, b) for two known scalars (an attention mask's 0 and -inf): the
+    condition indexes the table [b, a], exact, one load per element instead of a
+    gather from the stacked pair of broadcast operands."""
+    condition = ctx.tensor(0)
+    table = ctx.lift(np.array([b.item(), a.item()], dtype=a.dtype), "where_table")
+    picked = table.gather(condition.cast(int32))
+    shape = broadcast_shapes(condition.view.shape, a.shape, "Where")
+    shape = broadcast_shapes(shape, b.shape, "Where")
+    leading = (1,) * (len(shape) - picked.ndim)
+    return picked.reshape(leading + tuple(picked.view.shape)).expand(shape)
 
 
 def _float_unary(fn: Callable[[GraphTensor], GraphTensor]) -> Rule:
