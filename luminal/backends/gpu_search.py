@@ -54,7 +54,7 @@ from luminal.kernel.gpu import (
 )
 from luminal.kernel.gpu_matmul import DEFAULT_TILE, TILES, Schedule, schedule_name, tileable
 from luminal.kernel.indexing import is_loop_index, loop_name
-from luminal.kernel.transforms import LANES, Opt
+from luminal.kernel.transforms import LANES, Opt, walk
 from luminal.reference.executor import resolve_dims
 from luminal.search.budget import Deadline
 from luminal.search.outputs import read_outputs
@@ -160,18 +160,22 @@ def knob_options(launches: Sequence[Launch]) -> list[Choice]:
 
 
 def _vectorises(launches: Sequence[Launch], width: int) -> bool:
-    """Whether every launch's axis-0 work-item loop takes `width` lanes (`lanes`: an
-    innermost straight-line body, an extent `width` divides, a contiguous aligned
-    output); the lowering applies the same transform to the same loop."""
+    """Whether every launch's axis-0 work-item loop takes `width` lanes (`lanes`: a
+    straight-line body, or one around a reduce loop, an extent `width` divides, a
+    contiguous aligned output) and some input is then read wide (a width that only
+    widens the store is not worth a trial); the lowering applies the same transform to
+    the same loop."""
+    wide = False
     for launch in launches:
         loop = innermost_work_loop(launch.kernel.body)
         if loop is None:
             return False
         try:
-            Opt("lanes", loop.var, width).apply(launch.kernel)
+            kernel = Opt("lanes", loop.var, width).apply(launch.kernel)
         except CompileError:
             return False
-    return True
+        wide = wide or any(isinstance(x, ir.VectorLoad) for x in walk(kernel.body))
+    return wide
 
 
 def _stagings(launches: Sequence[Launch]) -> list[Opt]:

@@ -570,19 +570,23 @@ def _map_values(node: object, old: ir.Value, new: ir.Value) -> object:
 
 
 # ------------------------------------------------------------------ vector lanes
-_LANE_STATEMENTS = (ir.Declare, ir.Store, ir.CheckIndex)
+# what a lane may hold: declarations, updates of its own locals (a short reduction,
+# unrolled), index checks, blocks of those, one reduce loop, the final store
+_LANE_STATEMENTS = (ir.Declare, ir.Accumulate, ir.Store, ir.CheckIndex, ir.Scope, ir.Loop)
 
 
 def lanes(kernel: ir.Kernel, opt: Opt) -> ir.Kernel:
     """Loop `axis` (n iterations) as n/w iterations of `w` lanes: every input read at `w`
     consecutive elements from an address that is a multiple of `w` is read by one
     `VectorLoad`, the body runs once per lane (locals renamed) reading its lane, and the
-    lanes' results are written by one `VectorStore`. Loads that are not contiguous or
-    aligned, sit in a select's branch (a padded view: the address may be invalid where
-    the mask is false), read through a data-dependent index or hold another type stay
-    scalar, per lane. Legal only on an innermost loop of straight-line code with
-    independent iterations, a known extent `w` divides, and one final store to a
-    buffer whose index is contiguous and aligned along the loop."""
+    lanes' results are written by one `VectorStore`. A reduce loop in the body (a column
+    sum, a loop matrix product) becomes one reduce loop with an accumulator per lane.
+    Loads that are not contiguous or aligned, sit in a select's branch (a padded view:
+    the address may be invalid where the mask is false), read through a local the lanes
+    compute or hold another type stay scalar, per lane. Legal on a loop with
+    independent iterations and a known extent `w` divides, whose body is straight-line
+    code around at most one reduce loop of straight-line code, ending in its one store,
+    to a buffer whose index is contiguous and aligned along the loop."""
     loop = _find(kernel, opt.axis, opt).loop
     width = opt.arg
     if width not in LANES:
@@ -602,52 +606,96 @@ def lanes(kernel: ir.Kernel, opt: Opt) -> ir.Kernel:
         raise _illegal(kernel, opt, f"loop {loop.var} reads back buffer {store.param}")
     prefix = _invariant_prefix(loop)
     rest = loop.body[len(prefix) :]
-    wide = _wide_loads(rest, loop.var, lane, width)
-    vectors = {load: _fresh(f"vl{load.param}", taken) for load in wide}
-    head = [
-        ir.Declare(
-            name, ir.Vec(load.dtype, width), _vector_load(load, loop.var, lane(0), width), True
-        )
-        for load, name in vectors.items()
-    ]
-    statements, values = _lane_copies(rest, loop.var, lane, width, vectors, taken)
+    local = {x.name for x in walk(rest) if isinstance(x, ir.Declare | ir.CheckIndex)}
+    straight = tuple(s for s in rest if not isinstance(s, ir.Loop))
+    inner = [s.body for s in rest if isinstance(s, ir.Loop)]
+    vectors = _Vectors(loop.var, lane, width, taken)
+    outer = vectors.name(_wide_loads(straight, loop.var, lane, width, local))
+    within = vectors.name(_wide_loads(inner[0], loop.var, lane, width, local)) if inner else {}
+    copies = _lane_copies(rest, vectors, outer, within)
+    statements, values = _merge_lanes(copies, vectors.declare(within))
     index = _substitute(store.index, loop.var, lane(0))
     wide_store = ir.VectorStore(store.param, index, tuple(values), store.dtype)
-    body = (*prefix, *head, *statements, wide_store)
+    body = (*prefix, *vectors.declare(outer), *statements, wide_store)
     new = replace(loop, var=var, extent=sym(extent // width), body=body)
     return replace(kernel, body=_replace(kernel.body, loop, [new]))
 
 
+@dataclass
+class _Vectors:
+    """The lanes of one `lanes` transform: loop `var`, lane k's element `lane(k)`, the
+    width, and the names in use (each wide load gets a fresh `vl<param>`)."""
+
+    var: str
+    lane: Callable[[int], Expr]
+    width: int
+    taken: set[str]
+
+    def name(self, loads: list[ir.Load]) -> dict[ir.Load, str]:
+        return {load: _fresh(f"vl{load.param}_", self.taken) for load in loads}
+
+    def declare(self, vectors: dict[ir.Load, str]) -> list[ir.Stmt]:
+        """One `VectorLoad` per wide load, at lane 0's element."""
+        return [
+            ir.Declare(name, ir.Vec(load.dtype, self.width), self.load(load), True)
+            for load, name in vectors.items()
+        ]
+
+    def load(self, load: ir.Load) -> ir.VectorLoad:
+        index = _substitute(load.index, self.var, self.lane(0))
+        return ir.VectorLoad(load.param, index, load.dtype, self.width)  # type: ignore[arg-type]
+
+    def reads(self, node: object, vectors: dict[ir.Load, str], k: int) -> object:
+        """`node` (lane k's copy) with each wide load's read as lane k of its vector."""
+        for load, name in vectors.items():
+            vector = ir.Var(name, ir.Vec(load.dtype, self.width))
+            node = _map_values(node, _substitute(load, self.var, self.lane(k)), ir.Lane(vector, k))
+        return node
+
+
 def _lane_copies(
     body: tuple[ir.Stmt, ...],
-    var: str,
-    lane: Callable[[int], Expr],
-    width: int,
-    vectors: dict[ir.Load, str],
-    taken: set[str],
-) -> tuple[list[ir.Stmt], list[ir.Value]]:
-    """The body once per lane (loop `var` = lane k's element, the wide loads' reads as
-    `Lane`s of their vectors, locals renamed after lane 0) without its final store, and
-    the value each lane stores."""
-    declared = sorted({x.name for x in walk(body) if isinstance(x, ir.Declare)})
-    statements: list[ir.Stmt] = []
-    values: list[ir.Value] = []
-    for k in range(width):
-        copy = _substitute(body, var, lane(k))
-        for load, name in vectors.items():
-            vector = ir.Var(name, ir.Vec(load.dtype, width))
-            copy = _map_values(copy, _substitute(load, var, lane(k)), ir.Lane(vector, k))
+    vectors: _Vectors,
+    outer: dict[ir.Load, str],
+    within: dict[ir.Load, str],
+) -> list[tuple[ir.Stmt, ...]]:
+    """The body once per lane: loop variable = lane k's element, the wide loads' reads as
+    `Lane`s of their vectors (`within` inside the reduce loop, `outer` elsewhere), and
+    the locals and accumulators of every lane after lane 0 renamed."""
+    declared = sorted({x.name for x in walk(body) if isinstance(x, ir.Declare | ir.Reduction)})
+    copies: list[tuple[ir.Stmt, ...]] = []
+    for k in range(vectors.width):
+        copy = _substitute(body, vectors.var, vectors.lane(k))
+        copy = tuple(
+            vectors.reads(s, within if isinstance(s, ir.Loop) else outer, k)  # type: ignore[misc]
+            for s in copy
+        )
         if k:
-            copy = _rename_locals(copy, {n: _fresh(f"{n}_l{k}", taken) for n in declared})
-        *before, last = copy
-        statements.extend(before)
-        values.append(last.value)
-    return statements, values
+            names = {n: _fresh(f"{n}_l{k}", vectors.taken) for n in declared}
+            copy = _rename_locals(copy, names)  # type: ignore[assignment]
+        copies.append(copy)
+    return copies
 
 
-def _vector_load(load: ir.Load, var: str, first: Expr, width: int) -> ir.VectorLoad:
-    index = _substitute(load.index, var, first)
-    return ir.VectorLoad(load.param, index, load.dtype, width)  # type: ignore[arg-type]
+def _merge_lanes(
+    copies: list[tuple[ir.Stmt, ...]], inner_head: list[ir.Stmt]
+) -> tuple[list[ir.Stmt], list[ir.Value]]:
+    """The lanes' statements without their stores (a reduce loop once, holding every
+    lane's body and accumulators after the wide loads made inside it), and the value
+    each lane stores."""
+    values = [copy[-1].value for copy in copies]  # type: ignore[attr-defined]
+    position = next((i for i, s in enumerate(copies[0]) if isinstance(s, ir.Loop)), None)
+    if position is None:
+        return [s for copy in copies for s in copy[:-1]], values
+    loops: list[ir.Loop] = [copy[position] for copy in copies]  # type: ignore[misc]
+    merged = replace(
+        loops[0],
+        body=(*inner_head, *(s for x in loops for s in x.body)),
+        reductions=tuple(r for x in loops for r in x.reductions),
+    )
+    before = [s for copy in copies for s in copy[:position]]
+    after = [s for copy in copies for s in copy[position + 1 : -1]]
+    return [*before, merged, *after], values
 
 
 def _lane_extent(kernel: ir.Kernel, opt: Opt, loop: ir.Loop, width: int) -> int:
@@ -659,14 +707,29 @@ def _lane_extent(kernel: ir.Kernel, opt: Opt, loop: ir.Loop, width: int) -> int:
         raise _illegal(kernel, opt, f"loop {loop.var} has a symbolic extent ({loop.extent})")
     if extent % width:
         raise _illegal(kernel, opt, f"{width} does not divide loop {loop.var}'s extent {extent}")
+    inner = [s for s in loop.body if isinstance(s, ir.Loop)]
     for stmt in loop.body:
-        if not isinstance(stmt, _LANE_STATEMENTS) or getattr(stmt, "action", "") == "skip":
-            what = type(stmt).__name__
-            raise _illegal(kernel, opt, f"loop {loop.var} is not straight-line code (a {what})")
-    stores = [s for s in loop.body if isinstance(s, ir.Store)]
+        scoped = stmt.body if isinstance(stmt, ir.Scope) else ()
+        for x in (stmt, *scoped):
+            if not isinstance(x, _LANE_STATEMENTS) or getattr(x, "action", "") == "skip":
+                what = type(x).__name__
+                raise _illegal(kernel, opt, f"loop {loop.var} is not straight-line code (a {what})")
+        if any(isinstance(x, ir.Loop | ir.Scope | ir.Store) for x in scoped):
+            raise _illegal(kernel, opt, f"loop {loop.var} is not straight-line code (a block)")
+    if len(inner) > 1 or (inner and not _lane_reduction(inner[0], loop.var)):
+        why = "its body holds a loop other than one straight-line reduce loop"
+        raise _illegal(kernel, opt, f"loop {loop.var} is not straight-line code ({why})")
+    stores = [s for s in walk(loop.body) if isinstance(s, ir.Store)]
     if len(stores) != 1 or stores[0] is not loop.body[-1] or isinstance(stores[0].param, str):
         raise _illegal(kernel, opt, f"loop {loop.var} does not end in its one buffer store")
     return extent
+
+
+def _lane_reduction(inner: ir.Loop, var: str) -> bool:
+    """A reduce loop whose lanes can share one loop: straight-line body (declarations and
+    reduction steps), an extent the same for every lane."""
+    straight = all(isinstance(s, ir.Declare | ir.Accumulate) for s in inner.body)
+    return inner.kind == "reduce" and straight and not _mentions(inner.extent, var)
 
 
 def _aligned(index: Expr, var: str, lane: Callable[[int], Expr], width: int) -> bool:
@@ -680,23 +743,30 @@ def _aligned(index: Expr, var: str, lane: Callable[[int], Expr], width: int) -> 
 
 def _invariant_prefix(loop: ir.Loop) -> tuple[ir.Stmt, ...]:
     """The declarations and index checks at the top of the body that do not depend on
-    the loop variable (a merged work-item axis decoded into indices, a gather's checked
-    row): computed once, before the wide loads, not per lane."""
+    the loop variable and are not updated later (a merged work-item axis decoded into
+    indices, a gather's checked row): computed once, before the wide loads, not per
+    lane."""
+    updated = {x.name for x in walk(loop.body) if isinstance(x, ir.Accumulate | ir.Assign)}
     prefix: list[ir.Stmt] = []
     for stmt in loop.body:
         if not isinstance(stmt, ir.Declare | ir.CheckIndex) or _mentions(stmt, loop.var):
+            break
+        if stmt.name in updated:  # an accumulator: every lane has its own
             break
         prefix.append(stmt)
     return tuple(prefix)
 
 
 def _wide_loads(
-    body: tuple[ir.Stmt, ...], var: str, lane: Callable[[int], Expr], width: int
+    body: tuple[ir.Stmt, ...],
+    var: str,
+    lane: Callable[[int], Expr],
+    width: int,
+    local: set[str],
 ) -> list[ir.Load]:
-    """The loads every lane makes unconditionally, of a vector type, contiguous and
-    aligned along `var` and indexed without locals the body declares or checks (the
-    wide loads are made before it: in program order)."""
-    local = {x.name for x in walk(body) if isinstance(x, ir.Declare | ir.CheckIndex)}
+    """The loads of `body` every lane makes unconditionally, of a vector type, contiguous
+    and aligned along `var` and indexed without the `local`s the lanes declare or check
+    (the wide loads are made before them: in program order)."""
     found: list[ir.Load] = []
     for load in _unconditional_loads(body):
         if load in found or isinstance(load.param, str) or load.dtype not in ir.VECTOR_DTYPES:

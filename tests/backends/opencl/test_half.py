@@ -96,7 +96,7 @@ def test_half_arithmetic_source_keeps_sums_in_float(rng):
     assert source.startswith(FP16_PRAGMA)
     assert len(elementwise) >= 3 and all("vload_half" not in k for k in elementwise)
     assert all("(half)" in k for k in elementwise)
-    assert "const half4 vl1 = vload4(0, b1 + " in source  # wide half loads stay half
+    assert "const half4 vl1_ = vload4(0, b1 + " in source  # wide half loads stay half
     assert "float acc = 0.0f;" in reduction and "vload_half(" in reduction
     clang = shutil.which("clang-15") or shutil.which("clang")
     if clang is not None:  # OpenCL C type rules for half (spir64 has cl_khr_fp16)

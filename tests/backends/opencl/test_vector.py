@@ -73,6 +73,36 @@ def _gather(rng: np.random.Generator) -> tuple[lm.Graph, lm.GraphTensor, np.ndar
     return cx, out, table[ids] * 2.0
 
 
+def _column_sum(rng: np.random.Generator) -> tuple[lm.Graph, lm.GraphTensor, np.ndarray]:
+    """A reduce loop in the work-item: one loop, an accumulator per lane, wide reads of
+    each row's slice."""
+    a = rng.standard_normal((32, 48)).astype(np.float32)
+    cx = lm.Graph()
+    out = cx.tensor((32, 48)).set(a).sum(0).retrieve()
+    return cx, out, a.sum(0)
+
+
+def _short_sums(rng: np.random.Generator) -> tuple[lm.Graph, lm.GraphTensor, np.ndarray]:
+    """Short reductions unrolled into updates of a local (a max with a NaN, a sum of a
+    padded view): every lane keeps its own accumulator."""
+    a = rng.standard_normal((5, 4, 12)).astype(np.float32)
+    a[1, 2, 3] = np.nan
+    cx = lm.Graph()
+    x = cx.tensor((5, 4, 12)).set(a)
+    out = (x.max(1) + x.pad((None, (1, 0), None)).sum(1)).retrieve()
+    return cx, out, a.max(1) + a.sum(1)
+
+
+def _int_product(rng: np.random.Generator) -> tuple[lm.Graph, lm.GraphTensor, np.ndarray]:
+    """An int32 matrix product (a loop kernel): B's rows read wide, A's element per lane."""
+    a = rng.integers(-9, 9, (16, 32)).astype(np.int32)
+    b = rng.integers(-9, 9, (32, 24)).astype(np.int32)
+    cx = lm.Graph()
+    left, right = cx.tensor((16, 32), dtype=lm.int32), cx.tensor((32, 24), dtype=lm.int32)
+    out = (left.set(a) @ right.set(b)).retrieve()
+    return cx, out, a @ b
+
+
 def _programs(cx: lm.Graph) -> list:
     """The graph lowered with each vector width on every kernel site that takes it."""
     program = lm.OpenCLCompiler().lower(cx)
@@ -84,7 +114,9 @@ def _programs(cx: lm.Graph) -> list:
 
 
 def test_every_vector_width_computes_what_numpy_does(rng):
-    cases = [make(rng) for make in (_float32, _float16, _int32, _padded_4d, _gather)]
+    makers = (_float32, _float16, _int32, _padded_4d, _column_sum, _short_sums, _int_product)
+    makers += (_gather,)  # last: reused below
+    cases = [make(rng) for make in makers]
     programs = [(case, p) for case in cases for p in _programs(case[0])]
     device = OpenCLDevice()
     every = [launch for _, p in programs for launch in p.launches]
@@ -102,7 +134,7 @@ def test_every_vector_width_computes_what_numpy_does(rng):
         if got.dtype == np.float16:
             np.testing.assert_allclose(got.astype(np.float32), expected, rtol=2e-3, atol=2e-3)
         else:
-            np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5, equal_nan=True)
     for widths in results.values():  # wide accesses move data, the arithmetic is the same
         for got in widths[1:]:
             np.testing.assert_array_equal(got, widths[0])
@@ -137,13 +169,26 @@ def test_a_wide_access_needs_a_contiguous_aligned_divisible_axis(rng):
         lower_gpu(cx, choices={site.node: Choice(vector=4)})
 
 
-def test_a_reduction_takes_no_vector_width(rng):
+def test_a_row_kernel_with_several_loops_takes_no_vector_width(rng):
+    """A softmax row (two reduce loops and a loop storing the row) has no single
+    store after one reduce loop: refused; a row sum (one reduce loop, a store per row)
+    is legal but reads nothing wide along rows, so the search does not offer it."""
     cx = lm.Graph()
-    cx.tensor((16, 64)).set(rng.standard_normal((16, 64)).astype(np.float32)).sum(-1).retrieve()
+    cx.tensor((16, 64)).set(rng.standard_normal((16, 64)).astype(np.float32)).softmax(-1).retrieve()
     (launch,) = lm.OpenCLCompiler().lower(cx).launches
     loop = launch.kernel.body[0]
     with pytest.raises(IllegalTransform, match="not straight-line code"):
         Opt("lanes", loop.var, 2).apply(launch.kernel)
+    rows = lm.Graph()
+    rows.tensor((16, 64)).set(rng.standard_normal((16, 64)).astype(np.float32)).sum(-1).retrieve()
+    (launch,) = lm.OpenCLCompiler().lower(rows).launches
+    summed = Opt("lanes", launch.kernel.body[0].var, 4).apply(launch.kernel)
+    loops = [s for s in gpu_search.statements(summed.body) if isinstance(s, ir.Loop)]
+    (reduce,) = [lp for lp in loops if lp.kind == "reduce"]
+    assert len(reduce.reductions) == 4  # one accumulator per lane, in one loop
+    assert not any(isinstance(x, ir.VectorLoad) for x in gpu_search.statements(reduce.body))
+    (site,) = gpu_search.sites(rows, lm.OpenCLCompiler().lower(rows))
+    assert not any(name.startswith("vector") for name, _ in site.options)
 
 
 def test_plain_c_refuses_vector_values_by_name():
