@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 from typing import Any
 
 from luminal.kernel import ir
@@ -79,7 +80,8 @@ def canonical(kernel: ir.Kernel) -> ir.Kernel:
         declared, taken = _names(kernel.body)
     except _Unknown:
         return kernel
-    return dataclasses.replace(kernel, body=_rewrite(kernel.body, _mapping(declared, taken)))
+    rewriter = _Rewriter(_mapping(declared, taken))
+    return dataclasses.replace(kernel, body=rewriter.rewrite(kernel.body))
 
 
 def _mapping(declared: list[str], taken: set[str]) -> dict[str, str]:
@@ -103,9 +105,12 @@ def _mapping(declared: list[str], taken: set[str]) -> dict[str, str]:
 
 def _names(body: tuple[ir.Stmt, ...]) -> tuple[list[str], set[str]]:
     """Value locals in declaration order, and every other name the kernel uses (index
-    locals, loop variables, scratch and local memory), which fresh names must avoid."""
+    locals, loop variables, scratch and local memory), which fresh names must avoid.
+    Values are DAGs (a row kernel reuses a subexpression many times): each node is
+    visited once."""
     declared: dict[str, None] = {}
     taken: set[str] = set()
+    seen: set[int] = set()
 
     def visit(node: Any) -> None:
         if isinstance(node, tuple):
@@ -115,8 +120,9 @@ def _names(body: tuple[ir.Stmt, ...]) -> tuple[list[str], set[str]]:
         if isinstance(node, Expr):
             taken.update(loop_name(v) for v in node.variables() if is_loop_index(v))
             return
-        if not dataclasses.is_dataclass(node):
+        if not dataclasses.is_dataclass(node) or id(node) in seen:
             return
+        seen.add(id(node))
         if type(node) not in KNOWN:
             raise _Unknown(type(node).__name__)
         if isinstance(node, ir.Declare | ir.Reduction):
@@ -138,31 +144,68 @@ def _names(body: tuple[ir.Stmt, ...]) -> tuple[list[str], set[str]]:
     return [name for name in declared if name not in taken], taken
 
 
-def _operand_key(value: ir.Value) -> tuple[bool, str]:
-    """Constants last (`x * -1.0f`, as lowering mostly writes it), then by content."""
-    return isinstance(value, ir.Const), repr(value)
+class _Rewriter:
+    """Renames locals and orders operands, each shared node once (memoised by identity:
+    the nodes live as long as the kernel being rewritten)."""
 
+    def __init__(self, mapping: dict[str, str]) -> None:
+        self.mapping = mapping
+        self.done: dict[int, Any] = {}
+        self.digests: dict[int, bytes] = {}
 
-def _rewrite(node: Any, mapping: dict[str, str]) -> Any:
-    """`node` with locals renamed and operands ordered; unchanged subtrees are returned
-    as they are (no copy)."""
-    if isinstance(node, tuple):
-        items = tuple(_rewrite(item, mapping) for item in node)
-        return node if all(a is b for a, b in zip(items, node, strict=True)) else items
-    if isinstance(node, Expr) or not dataclasses.is_dataclass(node):
-        return node
-    changes = {}
-    for name in _fields(type(node)):
-        old = getattr(node, name)
-        new = _rewrite(old, mapping)
-        if new is not old:
-            changes[name] = new
-    name_field = LOCAL_NAME_FIELDS.get(type(node))
-    if name_field is not None and getattr(node, name_field) in mapping:
-        changes[name_field] = mapping[getattr(node, name_field)]
-    if isinstance(node, ir.Alu) and node.op in COMMUTATIVE and len(node.args) == 2:
-        args = changes.get("args", node.args)
-        ordered = tuple(sorted(args, key=_operand_key))
-        if any(a is not b for a, b in zip(ordered, args, strict=True)):
-            changes["args"] = ordered
-    return dataclasses.replace(node, **changes) if changes else node
+    def rewrite(self, node: Any) -> Any:
+        """`node` with locals renamed and operands ordered; unchanged subtrees are
+        returned as they are (no copy)."""
+        if isinstance(node, tuple):
+            items = tuple(self.rewrite(item) for item in node)
+            return node if all(a is b for a, b in zip(items, node, strict=True)) else items
+        if isinstance(node, Expr) or not dataclasses.is_dataclass(node):
+            return node
+        done = self.done.get(id(node))
+        if done is None:
+            done = self.done[id(node)] = self._rewrite(node)
+        return done
+
+    def _rewrite(self, node: Any) -> Any:
+        changes = {}
+        for name in _fields(type(node)):
+            old = getattr(node, name)
+            new = self.rewrite(old)
+            if new is not old:
+                changes[name] = new
+        name_field = LOCAL_NAME_FIELDS.get(type(node))
+        if name_field is not None and getattr(node, name_field) in self.mapping:
+            changes[name_field] = self.mapping[getattr(node, name_field)]
+        if isinstance(node, ir.Alu) and node.op in COMMUTATIVE and len(node.args) == 2:
+            args = changes.get("args", node.args)
+            ordered = tuple(sorted(args, key=self.operand_key))
+            if any(a is not b for a, b in zip(ordered, args, strict=True)):
+                changes["args"] = ordered
+        return dataclasses.replace(node, **changes) if changes else node
+
+    def operand_key(self, value: ir.Value) -> tuple[bool, str, str, bytes]:
+        """Constants last (`x * -1.0f`, as lowering mostly writes it), then by kind
+        (`Alu` < `Cast` < `Load` < ... < `Var`), by what names the operand (a load's
+        buffer, a local's name, an ALU op), then by a digest of its content."""
+        label = next((getattr(value, f) for f in ("param", "name", "op") if hasattr(value, f)), "")
+        return isinstance(value, ir.Const), type(value).__name__, str(label), self.digest(value)
+
+    def digest(self, node: Any) -> bytes:
+        """A content digest of a (rewritten) node, the same in every process (Python's
+        own hash of a string is not), computed once per shared node."""
+        known = self.digests.get(id(node))
+        if known is not None:
+            return known
+        hasher = hashlib.blake2b(type(node).__name__.encode(), digest_size=16)
+        if isinstance(node, tuple):
+            for item in node:
+                hasher.update(self.digest(item))
+        elif dataclasses.is_dataclass(node) and not isinstance(node, type):
+            for name in _fields(type(node)):
+                hasher.update(self.digest(getattr(node, name)))
+        else:
+            hasher.update(str(node).encode())
+        digest = hasher.digest()
+        if dataclasses.is_dataclass(node):  # alive as long as the kernel: ids stay theirs
+            self.digests[id(node)] = digest
+        return digest

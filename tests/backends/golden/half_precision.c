@@ -10,7 +10,7 @@ void lm_constant_cast_mul_exp2_<hash>(unsigned short* restrict b0, const float* 
         float acc = 0.0f;
         #pragma omp simd reduction(+:acc)
         for (long long r0_ = 0; r0_ < 16; r0_++) {
-            const float v = lm_bf16_load(lm_bf16_store(lm_bf16_load(lm_bf16_store(((float)(_Float16)((((float)(_Float16)(((float)(_Float16)(exp2f((((float)(_Float16)(((float)(_Float16)(b1[(16*i0_ + r0_)])))) * 1.4426950408889634f)))))) * ((float)(_Float16)(2.0f)))))))));
+            const float v = lm_bf16_load(lm_bf16_store(lm_bf16_load(lm_bf16_store(((float)(_Float16)((((float)(_Float16)(2.0f)) * ((float)(_Float16)(((float)(_Float16)(exp2f((((float)(_Float16)(((float)(_Float16)(b1[(16*i0_ + r0_)])))) * 1.4426950408889634f)))))))))))));
             acc += v;
         }
         b0[i0_] = lm_bf16_store(acc);
