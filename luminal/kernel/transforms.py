@@ -21,9 +21,10 @@ loop and why:
 - `stage_local(k, axis, param)`: copy the tile of buffer `param` that one iteration of
   `axis` reads into work-group local memory, then read it there (GPU renderers only;
   the CPU renderer rejects local memory).
-- `lanes(k, axis, w)`: each iteration of an innermost, straight-line loop does `w`
-  consecutive elements with wide memory accesses (`ir.VectorLoad` / `ir.VectorStore`:
-  `float4` on GPUs): the vector width of GPU kernels (GPU renderers only).
+- `lanes(k, axis, w)`: each iteration of a straight-line loop (or one around a single
+  reduce loop) does `w` consecutive elements with wide memory accesses
+  (`ir.VectorLoad` / `ir.VectorStore`: `float4` on GPUs): the vector width of GPU
+  kernels (GPU renderers only).
 
 `Opt` names one transformation as data, so a search space is a list of `Opt` tuples and
 a cached choice is its name.
