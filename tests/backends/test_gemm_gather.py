@@ -82,3 +82,30 @@ def test_nan_stays_in_its_columns(gather, rng) -> None:  # noqa: ANN001
     got, expected = convolve(gather, x, w, 3, 2), im2col(x, w, 3, 2)
     np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
     np.testing.assert_allclose(got, expected, atol=1e-4)
+
+
+@pytest.mark.parametrize("out", [8, 16, 32, 40])
+def test_few_rows_read_in_place(gather, rng, out) -> None:  # noqa: ANN001
+    """Up to 4 row panels (32 output channels) a panel of 48 consecutive columns (inside
+    one output row of 70) is read where it lies instead of packed; the panels that cross
+    a row, the last partial one, and 40 channels (packed) alike."""
+    x = rng.uniform(-1, 1, (2, 5, 72, 72)).astype(np.float32)
+    w = rng.uniform(-1, 1, (out, 45)).astype(np.float32)
+    np.testing.assert_allclose(convolve(gather, x, w, 3, 1), im2col(x, w, 3, 1), atol=1e-4)
+
+
+def test_few_rows_of_a_wider_matrix(rng) -> None:  # noqa: ANN001
+    """lm_sgemm with 16 rows reads B's panels in place at B's own leading dimension (a
+    column slice of a wider matrix), K over two packed blocks."""
+    path = toolchain.build_shared([("probe", "int lm_probe(void) { return 0; }\n")], True)
+    sgemm = toolchain.load(path).lm_sgemm
+    pointer = ctypes.c_void_p
+    sgemm.argtypes = [ctypes.c_int, ctypes.c_int, I64, I64, I64, pointer, I64, pointer, I64]
+    sgemm.argtypes += [pointer, I64, I64, I64]
+    m, n, k, ldb = 16, 150, 300, 163
+    a = rng.uniform(-1, 1, (m, k)).astype(np.float32)
+    b = rng.uniform(-1, 1, (k, ldb)).astype(np.float32)
+    c = np.zeros((m, n), np.float32)
+    sgemm(NO_TRANS, NO_TRANS, m, n, k, a.ctypes.data, k, b.ctypes.data, ldb, c.ctypes.data, n, n, 0)
+    expected = a.astype(np.float64) @ b[:, :n].astype(np.float64)
+    np.testing.assert_allclose(c, expected, rtol=1e-4, atol=1e-4)

@@ -34,6 +34,7 @@ void LM_BLAS_SGEMM(int, int, int, int, int, int, float, const float*, int, const
 #define LM_MIN_WORK (1LL << 18)  /* below m * n * k of this, the BLAS call is as fast */
 #define LM_SPLIT_K_OUTPUT 4096   /* a product with at most this many outputs */
 #define LM_SPLIT_K_MIN_K 4096    /* and at least this K splits K over threads */
+#define LM_DIRECT_PANELS 4        /* up to this many row panels, B is read where it lies */
 #define LM_NO_TRANS 111
 #define LM_TRANS 112
 
@@ -54,16 +55,19 @@ static inline float* lm_out_at(const lm_out* out, long long i, long long j)
 }
 
 /* C tile at (i, j) (rows x cols of MR x NR) = (or +=, when add) A panel (kc x MR) times
-   B panel (kc x NR) */
+   B panel (kc x NR): packed (row p at bp + p * NR), or with `rows_at` read in place (row
+   p at bp + rows_at[p]) */
 static void lm_gemm_tile(long long kc, const float* restrict ap, const float* restrict bp,
-                         const lm_out* out, long long i, long long j, int rows, int cols, int add)
+                         const long long* restrict rows_at, const lm_out* out, long long i,
+                         long long j, int rows, int cols, int add)
 {
     lm_vec acc[LM_MR][LM_NV];
     for (int r = 0; r < LM_MR; r++)
         for (int v = 0; v < LM_NV; v++) acc[r][v] = (lm_vec){0};
     for (long long p = 0; p < kc; p++) {
+        const float* row = bp + (rows_at ? rows_at[p] : p * LM_NR);
         lm_vec b[LM_NV];
-        for (int v = 0; v < LM_NV; v++) b[v] = lm_vload(bp + p * LM_NR + v * LM_VW);
+        for (int v = 0; v < LM_NV; v++) b[v] = lm_vload(row + v * LM_VW);
         for (int r = 0; r < LM_MR; r++) {
             const float a = ap[p * LM_MR + r];
             for (int v = 0; v < LM_NV; v++) acc[r][v] += a * b[v];
@@ -227,7 +231,37 @@ static void lm_pack_b(const lm_in* in, long long n, long long j0, long long p0, 
             out[p * LM_NR + j] = j < cols ? lm_at(b, ldb, tb, p0 + p, j0 + j) : 0.0f;
 }
 
-/* The packed product; 1 when its memory could not be allocated (nothing written). */
+/* B's K rows [p0, p0 + kc) as offsets (of their first column) when B's panels can be read
+   in place: a row-major matrix, or a gathered tensor (then a panel qualifies only when
+   its columns are consecutive: lm_direct_panel). 0 when they cannot. */
+static int lm_direct_rows(const lm_in* in, long long p0, long long kc, long long* rows_at)
+{
+    if (in->gather) {
+        lm_gather_offsets(in->gather + 1, in->gather[0], p0, kc, rows_at);
+        return 1;
+    }
+    if (in->tb != LM_NO_TRANS) return 0;
+    for (long long p = 0; p < kc; p++) rows_at[p] = (p0 + p) * in->ldb;
+    return 1;
+}
+
+/* where panel j0's first column lies when its NR columns are consecutive, else null */
+static const float* lm_direct_panel(const lm_in* in, long long n, long long j0)
+{
+    if (n - j0 < LM_NR) return 0;
+    if (!in->gather) return in->b + j0;
+    const long long nk = in->gather[0], nn = in->gather[1 + 2 * nk];
+    long long column[LM_NR];
+    lm_gather_offsets(in->gather + 2 + 2 * nk, nn, j0, LM_NR, column);
+    for (int x = 1; x < LM_NR; x++)
+        if (column[x] != column[0] + x) return 0;
+    return in->b + column[0];
+}
+
+/* The packed product; 1 when its memory could not be allocated (nothing written). With
+   few row panels (m up to LM_DIRECT_PANELS * MR) a B panel is used by so few tiles that
+   packing it costs about as much as multiplying: panels whose columns are consecutive
+   are then read in place. */
 static int lm_gemm(int ta, long long m, long long n, long long k, const float* a, long long lda,
                    const lm_in* in, const lm_out* out)
 {
@@ -257,6 +291,8 @@ static int lm_gemm(int ta, long long m, long long n, long long k, const float* a
         const long long kcmax = k < LM_KC ? k : LM_KC;
         float* bp = (float*)malloc((size_t)(chunk * LM_NR * kcmax) * sizeof(float));
         failed |= bp == 0;
+        long long rows_at[LM_KC];
+        const float* direct[LM_TASK_PANELS];
         #pragma omp for schedule(dynamic, 1)
         for (long long t = 0; t < tasks; t++) {
             if (!bp) continue;
@@ -265,15 +301,22 @@ static int lm_gemm(int ta, long long m, long long n, long long k, const float* a
             const long long i0 = m_panels * part / m_parts, i1 = m_panels * (part + 1) / m_parts;
             for (long long q = 0; q < k_blocks; q++) {
                 const long long p0 = q * LM_KC, kc = k - p0 < LM_KC ? k - p0 : LM_KC;
-                for (long long jp = first; jp < last; jp++)
-                    lm_pack_b(in, n, jp * LM_NR, p0, kc, bp + (jp - first) * LM_NR * kc);
+                const int in_place =
+                    m_panels <= LM_DIRECT_PANELS && lm_direct_rows(in, p0, kc, rows_at);
+                for (long long jp = first; jp < last; jp++) {
+                    direct[jp - first] = in_place ? lm_direct_panel(in, n, jp * LM_NR) : 0;
+                    if (!direct[jp - first])
+                        lm_pack_b(in, n, jp * LM_NR, p0, kc, bp + (jp - first) * LM_NR * kc);
+                }
                 for (long long ip = i0; ip < i1; ip++) {
                     const long long rows = m - ip * LM_MR < LM_MR ? m - ip * LM_MR : LM_MR;
                     const float* panel = ap + p0 * mp + ip * LM_MR * kc;
                     for (long long jp = first; jp < last; jp++) {
                         const long long cols = n - jp * LM_NR < LM_NR ? n - jp * LM_NR : LM_NR;
-                        lm_gemm_tile(kc, panel, bp + (jp - first) * LM_NR * kc, out,
-                                     ip * LM_MR, jp * LM_NR, (int)rows, (int)cols, q > 0);
+                        const float* b = direct[jp - first];
+                        lm_gemm_tile(kc, panel, b ? b : bp + (jp - first) * LM_NR * kc,
+                                     b ? rows_at : 0, out, ip * LM_MR, jp * LM_NR, (int)rows,
+                                     (int)cols, q > 0);
                     }
                 }
             }
