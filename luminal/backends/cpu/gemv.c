@@ -7,7 +7,11 @@
    embedding table. With m <= LM_GEMV_ROWS, every output is a dot product of an A row
    with a B row, and B (the weights) is read once, streamed by all threads over
    contiguous bands of its rows: a decode step is bound by the bytes of weights it reads.
-   Anything else goes to lm_sgemm. The A rows (a few KB) stay in L1 while B streams. */
+   Anything else goes to lm_sgemm. The A rows (a few KB) stay in L1 while B streams.
+   Measured on the AMD EPYC here (one thread, CPU time, loaded machine): ~30 GB/s of B
+   for 4864 x 896, against ~18 GB/s for MKL's sgemm or sgemv at M = 1; interleaving 2 or
+   4 B rows (several streams) was slower than one row with 4 accumulators, prefetching
+   ahead made no difference. */
 #include <omp.h>
 #include <string.h>
 
@@ -21,7 +25,8 @@ void lm_sgemm(int, int, long long, long long, long long, const float*, long long
 #endif
 #define LM_GEMV_ROWS 4           /* at most this many A rows take the streaming path */
 #define LM_GEMV_BAND 16          /* threads split B at multiples of this many rows */
-#define LM_GEMV_MIN_BYTES 65536  /* below this much B, one thread (no fork/join) */
+#define LM_GEMV_MIN_BYTES 262144 /* below this much B (~8 us of streaming on one core),
+                                    one thread: no fork/join */
 #define LM_GV_NO_TRANS 111
 #define LM_GV_TRANS 112
 
