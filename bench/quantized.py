@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-from common import best_of, equal_threads
+from common import equal_threads
 from rows import Row
 from timing import Timer
 
@@ -63,8 +63,9 @@ void parallel_read(int* out, const int* x, const long long* numel) {
 """
 
 
-def read_bandwidth(gigabytes: float = 1.0, repeats: int = 5) -> float:
-    """Bytes/s of an all-threads sum over a large array (read only)."""
+def read_bandwidth(gigabytes: float = 1.0, repeats: int = 5) -> tuple[float, float]:
+    """Bytes/s of an all-threads sum over a large array (read only), and bytes per
+    CPU-second of it (all threads' CPU time: on a shared machine this moves less)."""
     x = np.ones(int(gigabytes * 2**30) // 4, np.int32)
     cx = lm.Graph()
     source = cx.tensor(x.shape, dtype="int32").set(x)
@@ -72,7 +73,13 @@ def read_bandwidth(gigabytes: float = 1.0, repeats: int = 5) -> float:
     cx.compile(lm.CPUCompiler(verify=False))
     cx.execute()
     assert int(out.numpy()[0]) == x.size % 2**32
-    return x.nbytes / best_of(cx.execute, repeats)
+    wall, cpu = [], []
+    for _ in range(repeats):
+        start, used = time.perf_counter(), time.process_time()
+        cx.execute()
+        wall.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - used)
+    return x.nbytes / min(wall), x.nbytes / min(cpu)
 
 
 def shapes(config: dict) -> dict[str, tuple[int, ...]]:
@@ -154,10 +161,12 @@ class Stepper:
         return time.perf_counter() - wall, time.process_time() - cpu
 
 
-def decoder(path: Path, int8: bool) -> tuple[Stepper, Callable[[], float], int, float]:
+def decoder(
+    path: Path, int8: bool
+) -> tuple[Stepper, Callable[[], tuple[float, float]], int, float]:
     """(steps after a 16-token prompt and 3 warm-up steps, a function timing a 128-token
-    prefill, weight bytes per token, load seconds). `int8`: llama.cpp-style 8-bit
-    activations."""
+    prefill (wall, CPU seconds), weight bytes per token, load seconds). `int8`: llama.cpp-style
+    8-bit activations."""
     start = time.perf_counter()
     model = load_gguf_model(path, quantized_activations=int8)
     load = time.perf_counter() - start
@@ -166,10 +175,10 @@ def decoder(path: Path, int8: bool) -> tuple[Stepper, Callable[[], float], int, 
     def step(token: int) -> int:
         return int(session.step([token])[0].argmax())
 
-    def prefill() -> float:
-        start = time.perf_counter()
+    def prefill() -> tuple[float, float]:
+        start, used = time.perf_counter(), time.process_time()
         session.prefill(PREFILL)
-        return time.perf_counter() - start
+        return time.perf_counter() - start, time.process_time() - used
 
     prefill()  # compiles, and plans the 128-row run
     stepper = Stepper(step, int(session.prefill(PROMPT)[0].argmax()))
@@ -177,7 +186,9 @@ def decoder(path: Path, int8: bool) -> tuple[Stepper, Callable[[], float], int, 
     return stepper, prefill, bytes_per_token(model), load
 
 
-def llama_cpp_decoder(path: Path, threads: int) -> tuple[Stepper, Callable[[], float]] | None:
+def llama_cpp_decoder(
+    path: Path, threads: int
+) -> tuple[Stepper, Callable[[], tuple[float, float]]] | None:
     """The same as `decoder` through llama.cpp (llama-cpp-python), or None when it is not
     installed: greedy steps on the logits `Llama.eval` keeps, and a 128-token prefill
     into an emptied context."""
@@ -198,11 +209,11 @@ def llama_cpp_decoder(path: Path, threads: int) -> tuple[Stepper, Callable[[], f
         llm.eval([token])
         return int(np.argmax(llm.scores[llm.n_tokens - 1]))
 
-    def prefill() -> float:
+    def prefill() -> tuple[float, float]:
         llm.reset()
-        start = time.perf_counter()
+        start, used = time.perf_counter(), time.process_time()
         llm.eval(PREFILL.tolist())
-        return time.perf_counter() - start
+        return time.perf_counter() - start, time.process_time() - used
 
     prefill()
     llm.reset()
@@ -228,7 +239,7 @@ def collect(timer: Timer, quick: bool, threads: int) -> list[Row]:
     llama.cpp on the same file when llama-cpp-python is installed."""
     layers, tokens = (2, 4) if quick else (CONFIG["num_hidden_layers"], 8)
     config = {**CONFIG, "num_hidden_layers": layers}
-    bandwidth = read_bandwidth(0.25 if quick else 1.0)
+    bandwidth = read_bandwidth(0.25 if quick else 1.0)[0]
     rows = []
     for name in ("q4_0", "q8_0"):  # Q4_K, F32 and +int8: the command line
         path = gguf_path(name, layers, config)
@@ -250,33 +261,44 @@ def collect(timer: Timer, quick: bool, threads: int) -> list[Row]:
     return rows
 
 
+Figures = tuple[float, float, float, float]  # s/token, CPU s/token, prefill s, prefill CPU s
+
+
 def measure(name: str, path: Path, args: argparse.Namespace) -> None:
-    """One format's line, and llama.cpp's beside it when installed."""
-    bandwidth = read_bandwidth(repeats=3)  # right before: other jobs come and go
+    """One format's line, and llama.cpp's beside it when installed. "% bw": tokens/s x
+    bytes per token over the read bandwidth; "% CPU": the same per CPU-second (decode's
+    bytes per CPU-second over the plain read's), the figure a loaded machine moves least."""
+    bandwidth, per_cpu = read_bandwidth(repeats=3)  # right before: other jobs come and go
     ours, prefill, size, load = decoder(path, name.endswith("+int8"))
-    wall, cpu = ours.run(args.tokens)
-    rate = args.tokens / wall
-    first = min(prefill() for _ in range(3))
-    share = 100 * rate * size / bandwidth
+    mine = figures(ours, prefill, args.tokens)
     print(
-        f"{name:>9} {path.stat().st_size / 1e9:7.2f} {load:7.2f} {rate:7.2f} "
-        f"{1e3 * cpu / args.tokens:8.1f} {size / 1e6:8.1f} {bandwidth / 1e9:7.1f} "
-        f"{share:7.0f}% {1e3 * first:9.0f}",
-        flush=True,
+        f"{name:>9} {path.stat().st_size / 1e9:7.2f} {load:7.2f}"
+        + line(mine, size, bandwidth, per_cpu)
     )
     peer = None if name.endswith("+int8") else llama_cpp_decoder(path, args.threads)
     if peer is None:
         return
-    steps, theirs = peer
-    their_wall, their_cpu = steps.run(args.tokens)
-    their_rate, their_first = args.tokens / their_wall, min(theirs() for _ in range(3))
+    theirs = figures(*peer, args.tokens)
+    print(f"{'llama.cpp':>9} {'':7} {'':7}" + line(theirs, size, bandwidth, per_cpu))
     print(
-        f"{'llama.cpp':>9} {'':7} {'':7} {their_rate:7.2f} "
-        f"{1e3 * their_cpu / args.tokens:8.1f} {'':8} {'':7} "
-        f"{100 * their_rate * size / bandwidth:7.0f}% {1e3 * their_first:9.0f}   "
-        f"luminal/llama.cpp: tok/s {rate / their_rate:.2f}x, prefill time "
-        f"{first / their_first:.2f}x",
+        f"{'':>9} luminal / llama.cpp: tokens/s {theirs[0] / mine[0]:.2f}x (CPU per token "
+        f"{mine[1] / theirs[1]:.2f}x), prefill wall {mine[2] / theirs[2]:.2f}x, "
+        f"CPU {mine[3] / theirs[3]:.2f}x",
         flush=True,
+    )
+
+
+def figures(steps: Stepper, prefill: Callable[[], tuple[float, float]], tokens: int) -> Figures:
+    wall, cpu = steps.run(tokens)
+    first = min(prefill() for _ in range(3))
+    return wall / tokens, cpu / tokens, *first
+
+
+def line(f: Figures, size: int, bandwidth: float, per_cpu: float) -> str:
+    return (
+        f" {1 / f[0]:7.2f} {1e3 * f[1]:7.1f} {size / 1e6:7.1f} {bandwidth / 1e9:7.1f}"
+        f" {100 * size / f[0] / bandwidth:6.0f}% {100 * size / f[1] / per_cpu:6.0f}%"
+        f" {1e3 * f[2]:7.0f} {1e3 * f[3]:7.0f}"
     )
 
 
@@ -297,10 +319,11 @@ def main() -> None:
     paths = {name: gguf_path(name, args.layers, config) for name in args.formats.split(",")}
     print(
         f"read bw: an all-threads sum over 1 GiB at {args.threads} threads, measured before "
-        f"each format; prefill: {len(PREFILL)} tokens, best of 3"
+        f"each format; CPU ms: per token; pf: a {len(PREFILL)}-token prefill, best of 3"
     )
-    columns = ("file GB", "load s", "tok/s", "CPU ms/tok", "MB/tok", "read GB/s", "% of bw")
-    print(f"{'format':>9} " + " ".join(f"{c:>7}" for c in columns) + " prefill ms")
+    columns = ("file GB", "load s", "tok/s", "CPU ms", "MB/tok", "read GB/s", "% bw", "% CPU")
+    columns += ("pf ms", "pf CPU")
+    print(f"{'format':>9} " + " ".join(f"{c:>7}" for c in columns))
     for name, path in paths.items():
         measure(name, path, args)
     llama = "run" if llama_cpp_available() else "not installed"
