@@ -8,7 +8,7 @@ onnxruntime runs with every graph optimisation on (ORT_ENABLE_ALL) and the same
 intra-op thread count; outputs are checked to agree before timing. Prints each time and
 the ratio luminal / onnxruntime (below 1: luminal is faster).
 
-    .venv/bin/python bench/onnx.py [--threads 2] [--repeats 5]
+    .venv/bin/python bench/onnx.py [--threads 2] [--repeats 5] [--model minilm|resnet]
 """
 
 from __future__ import annotations
@@ -156,11 +156,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--model", choices=["all", "minilm", "resnet"], default="all")
     args = parser.parse_args()
     equal_threads(args.threads, f", onnxruntime {ort.__version__}")
     with tempfile.TemporaryDirectory() as folder:
-        bench_minilm(folder, args.threads, BestOf(args.repeats))
-        bench_resnet(folder, args.threads, BestOf(args.repeats))
+        if args.model in ("all", "minilm"):
+            bench_minilm(folder, args.threads, BestOf(args.repeats))
+        if args.model in ("all", "resnet"):
+            bench_resnet(folder, args.threads, BestOf(args.repeats))
 
 
 if __name__ == "__main__":
