@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from luminal import backends
-from luminal.dtype import int32
+from luminal.dtype import DType, float16, float32, int32
 from luminal.errors import DTypeError, LuminalError, ShapeError
 from luminal.graph import Graph
 from luminal.nn.attention import KVCache, RotaryEmbedding, SelfAttention
@@ -345,12 +345,15 @@ class CausalLM(Module):
         super().load_state_dict(self.checkpoint_state(state), strict)
 
     # ---------------------------------------------------------------- graph building
-    def cache_inputs(self, batch: ExprLike = "batch", past: ExprLike = "past") -> list[KVCache]:
-        """One KV-cache input pair per layer, (batch, kv_heads, past, head_dim); start a
-        generation by setting them to empty arrays (past = 0)."""
+    def cache_inputs(
+        self, batch: ExprLike = "batch", past: ExprLike = "past", dtype: DType = float32
+    ) -> list[KVCache]:
+        """One KV-cache input pair per layer, (batch, kv_heads, past, head_dim), of
+        `dtype` (float32, or float16: half the memory); start a generation by setting
+        them to empty arrays (past = 0)."""
         prefix = f"{self.names.model}.{self.names.layers}"
         return [
-            layer.parts[0].cache_inputs(batch, past, name=f"{prefix}.{i}.cache")
+            layer.parts[0].cache_inputs(batch, past, name=f"{prefix}.{i}.cache", dtype=dtype)
             for i, layer in enumerate(self.decoder.blocks)
         ]
 
@@ -389,10 +392,14 @@ class CausalLM(Module):
         return self.head(self.decoder.final_norm(hidden)), new_caches
 
     def session(
-        self, compile: bool = True, compiler: Any = None, batch: ExprLike = "batch"
+        self,
+        compile: bool = True,
+        compiler: Any = None,
+        batch: ExprLike = "batch",
+        kv_dtype: DType = float32,
     ) -> DecoderSession:
         """A decode session sharing this model's weights (see `DecoderSession`)."""
-        return DecoderSession(self, compile=compile, compiler=compiler, batch=batch)
+        return DecoderSession(self, compile, compiler, batch, kv_dtype)
 
     def extra_repr(self) -> str:
         c = self.config
@@ -410,7 +417,9 @@ class DecoderSession:
     caches (batch, kv_heads, "past", head_dim), outputs the last position's logits and
     the new caches. Compiled once (`compile=True`: `lm.CPUCompiler()` unless `compiler`, a
     compiler or a backend name, is given; False: the reference runtime); `prefill` then
-    `step` re-set the inputs.
+    `step` re-set the inputs. `kv_dtype` float16 keeps the caches in float16 (half the
+    memory; keys and values rounded to float16 as they are appended, attention computed
+    in float32); float32 (the default) keeps them exact.
     `compile_count` counts compilations (1 after the first run, and it stays 1)."""
 
     def __init__(
@@ -419,7 +428,12 @@ class DecoderSession:
         compile: bool = True,
         compiler: Any = None,
         batch: ExprLike = "batch",
+        kv_dtype: DType = float32,
     ) -> None:
+        if kv_dtype not in (float32, float16):
+            raise DTypeError(
+                f"{type(self).__name__}: kv_dtype must be float32 or float16, got {kv_dtype}"
+            )
         self.source = model
         self.graph = Graph()
         with skip_init():  # the weights are the source model's
@@ -427,7 +441,7 @@ class DecoderSession:
         self.share_weights()
         self.ids = self.graph.tensor((batch, "seq"), dtype=int32, name="input_ids")
         # buffers of capacity "cap"; the model reads their first "past" positions
-        self.cache_store = self.model.cache_inputs(batch, "cap")
+        self.cache_store = self.model.cache_inputs(batch, "cap", kv_dtype)
         past = var("past")
         self.cache_in = [
             KVCache(c.key[:, :, :past], c.value[:, :, :past]) for c in self.cache_store
@@ -486,9 +500,10 @@ class DecoderSession:
         capacity = max(MIN_CACHE, 1 << max(positions - 1, 0).bit_length())
         kv_heads, head_dim = (int(d) for d in self.cache_store[0].key.shape[1::2])
         shape = (self.batch, kv_heads, capacity, head_dim)
+        dtype = self.cache_store[0].key.dtype.numpy
         grown = []
         for index, store in enumerate(self.cache_store):
-            pair = np.zeros(shape, np.float32), np.zeros(shape, np.float32)
+            pair = np.zeros(shape, dtype), np.zeros(shape, dtype)
             if self.buffers:
                 for new, old in zip(pair, self.buffers[index], strict=True):
                     new[:, :, : self.past] = old[:, :, : self.past]

@@ -281,6 +281,16 @@ class KVCache(NamedTuple):
         return self
 
 
+def _appended(cache: KVCache, key: GraphTensor, value: GraphTensor) -> KVCache:
+    """The cache with the new keys and values appended along the positions, in the
+    cache's dtype (rounded to it when the cache is narrower)."""
+    parts = []
+    for held, new in zip(cache, (key, value), strict=True):
+        new = new if new.dtype == held.dtype else new.cast(held.dtype)
+        parts.append(concat([held, new], 2))
+    return KVCache(*parts)
+
+
 # ---------------------------------------------------------------- Hugging Face-style attention
 class SelfAttention(Module):
     """Self-attention with q_proj/k_proj/v_proj/o_proj (Hugging Face Llama names):
@@ -348,14 +358,20 @@ class SelfAttention(Module):
         return self.o_proj(out)
 
     def cache_inputs(
-        self, batch: ExprLike = "batch", past: ExprLike = "past", name: str = "cache"
+        self,
+        batch: ExprLike = "batch",
+        past: ExprLike = "past",
+        name: str = "cache",
+        dtype: DType = DType.float32,
     ) -> KVCache:
         """Graph inputs for a cache of symbolic length `past`; start decoding by setting
-        them to empty arrays of shape (batch, kv_heads, 0, head_dim)."""
+        them to empty arrays of shape (batch, kv_heads, 0, head_dim). A float16 cache
+        holds the keys and values rounded to float16 (half the memory); `forward` reads
+        it back as float32."""
         shape = (batch, self.num_kv_heads, past, self.head_dim)
         return KVCache(
-            self.graph.tensor(shape, name=f"{name}.key"),
-            self.graph.tensor(shape, name=f"{name}.value"),
+            self.graph.tensor(shape, dtype=dtype, name=f"{name}.key"),
+            self.graph.tensor(shape, dtype=dtype, name=f"{name}.value"),
         )
 
     def forward(
@@ -396,15 +412,17 @@ class SelfAttention(Module):
             if cos.ndim == 3:  # (batch, seq, d) -> (batch, 1, seq, d)
                 cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
             q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        new_cache = None
         if cache is not None:
-            k, v = concat([cache.key, k], 2), concat([cache.value, v], 2)
+            new_cache = _appended(cache, k, v)
+            k, v = (t if t.dtype == q.dtype else t.cast(q.dtype) for t in new_cache)
         mask = None if attn_mask is None else additive_mask(attn_mask)
         if self.causal:
             causal = causal_mask(self.graph, seq, k.shape[2], past, self.sliding_window)
             mask = causal if mask is None else mask + causal
         out, _ = attend(q, k, v, mask, self.scale)
         out = out.permute(0, 2, 1, 3).merge_dims(2, 3)  # (b, s, h*d)
-        return self.project_out(out), KVCache(k, v)
+        return self.project_out(out), KVCache(k, v) if new_cache is None else new_cache
 
     def _check_cache(self, name: str, x: GraphTensor, cache: KVCache) -> None:
         for part in cache:
