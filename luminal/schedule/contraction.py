@@ -153,14 +153,32 @@ class Gathered:
 
 def gathered_operand(graph, node, side: int, readers: dict) -> Gathered | None:  # noqa: ANN001
     """The operand `side` of a float32 matrix product as a `Gathered`, when it is a
-    float32 `Contiguous` copy that only this product reads, of a strided, unmasked view
-    of sizes and strides known as ints, which the product reads without offset and whose
-    axes split into the copy's axes; else None."""
+    float32 `Contiguous` copy of a strided, unmasked view of sizes and strides known as
+    ints, which the product reads without offset and whose axes split into the copy's
+    axes, and every reader of the copy is such a product reading it as the call's second
+    operand (two convolutions of one input with the same window share one im2col copy:
+    both gather instead); else None."""
+    edge = node.inputs[side]
+    copy = graph.nodes[edge.source]
+    if not isinstance(copy.op, ops.Contiguous) or copy.id in graph.retrieved | graph.kept:
+        return None
+    found = _gathered_here(graph, node, side)
+    for other in readers.get(copy.id, set()) - {node.id}:
+        reader = graph.nodes[other]
+        sides = [i for i, e in enumerate(reader.inputs) if e.source == copy.id]
+        if not (is_blas_contract(reader) and len(sides) == 1):
+            return None
+        if gathered_side(graph, reader) != sides[0] or not _gathered_here(graph, reader, sides[0]):
+            return None
+    return found
+
+
+def _gathered_here(graph, node, side: int) -> Gathered | None:  # noqa: ANN001
+    """`gathered_operand` for this product's edge alone (the copy's other readers not
+    looked at)."""
     edge = node.inputs[side]
     copy = graph.nodes[edge.source]
     if not (isinstance(node.op, ops.Contract) and isinstance(copy.op, ops.Contiguous)):
-        return None
-    if readers.get(copy.id) != {node.id} or copy.id in graph.retrieved | graph.kept:
         return None
     inner = copy.inputs[0]
     source = graph.nodes[inner.source]
