@@ -157,10 +157,10 @@ def test_node_limit_stops_saturation_and_still_extracts(rng):
 
 def test_time_limit_stops_saturation(rng):
     cx = lm.Graph()
-    x = cx.tensor((2,)).set(uniform(rng, (2,)))
-    total = x
-    for scale in range(2, 9):  # more rewrites than the rounds run before the time limit
-        total = total * scale + x * (scale + 1)
+    xs = [cx.tensor((2,)).set(uniform(rng, (2,))) for _ in range(8)]
+    total = xs[0]
+    for x in xs[1:]:  # more rewrites than the rounds run before the time limit
+        total = total * x + x * total
     total.retrieve()
     compiler = EGraphCompiler(time_limit=0.0)
     cx.compile(compiler)
