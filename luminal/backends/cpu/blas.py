@@ -83,6 +83,10 @@ def sgemm_kernel(
 ) -> ir.Kernel | None:
     """The IR of a contraction as sgemm calls, or None when BLAS cannot compute it (not
     float32, no M or N axis, output axes that do not form a row-major matrix)."""
+    if node.dtype == DType.bfloat16:  # lm_gemm_bf16 (gemm_bf16.py imports this module)
+        from luminal.backends.cpu.gemm_bf16 import bf16_kernel
+
+        return bf16_kernel(graph, node, materialised, dims)
     if node.dtype != F32:
         return None
     a_edge, b_edge = node.inputs
@@ -239,11 +243,12 @@ def _in_place(
     rows: list[int],
     cols: list[int],
     materialised: set[int],
+    dtype: DType = F32,
 ) -> Operand | None:
-    """The operand read where it lies, when its buffer is a float32 matrix BLAS can read."""
+    """The operand read where it lies, when its buffer is a `dtype` matrix BLAS can read."""
     source = graph.nodes[edge.source]
     view = edge.view
-    if source.dtype != DType.float32 or view.mask is not None:
+    if source.dtype != dtype or view.mask is not None:
         return None
     if source.id not in materialised and not isinstance(source.op, ops.Input):
         return None
@@ -269,6 +274,7 @@ def _pack(
     rows: list[int],
     cols: list[int],
     name: str,
+    dtype: DType = F32,
 ) -> tuple[tuple[ir.Stmt, ...], Expr, bool, Expr]:
     """Loops that fill scratch `name` with a row-major (batch..., rows, cols) matrix, or
     (batch..., cols, rows) when the operand's memory runs along the column axes (then
@@ -289,7 +295,7 @@ def _pack(
     for d in batch:
         total = total * shape[d]
     target = flat_index([loop_vars[d] for d in order], [shape[d] for d in order])
-    nest: tuple[ir.Stmt, ...] = (ir.Store(name, target, w.edge(edge, indices), F32),)  # type: ignore[arg-type]
+    nest: tuple[ir.Stmt, ...] = (ir.Store(name, target, w.edge(edge, indices), dtype),)  # type: ignore[arg-type]
     for position, d in reversed(list(enumerate(order))):
         kind = "parallel" if position == 0 else "serial"
         work = total if position == 0 else None

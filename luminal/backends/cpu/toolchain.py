@@ -408,12 +408,12 @@ def build_shared(sources: Sequence[tuple[str, str]], link_blas: bool = False) ->
 
 
 def _support_sources() -> list[tuple[str, str]]:
-    """luminal's own units every library linking the BLAS gets: `lm_sgemm` (`gemm.c`)
-    and `lm_sgemm_rows` (`gemv.c`)."""
-    from luminal.backends.cpu import gemv
+    """luminal's own units every library linking the BLAS gets: `lm_sgemm` (`gemm.c`),
+    `lm_sgemm_rows` (`gemv.c`) and `lm_gemm_bf16` (`gemm_bf16.c`)."""
+    from luminal.backends.cpu import gemm_bf16, gemv
     from luminal.backends.cpu.gemm import support_unit
 
-    return [support_unit(blas_flags().sgemm), gemv.support_unit()]
+    return [support_unit(blas_flags().sgemm), gemv.support_unit(), gemm_bf16.support_unit()]
 
 
 def start_support_units() -> None:

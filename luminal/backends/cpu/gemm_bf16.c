@@ -1,0 +1,219 @@
+/* luminal's bfloat16 matrix product, linked into every compiled graph's library.
+
+   lm_gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, width, stride): C (m x n, bfloat16)
+   = op(A) op(B) (bfloat16 operands, op as in CBLAS: ta/tb 111 or 112), summed in float32
+   and rounded to bfloat16 once, at the store (PyTorch's bf16 matmul on CPU does the
+   same). C's rows are ldc apart; its columns come in blocks of `width`, block q at
+   q * stride (as lm_sgemm's, gemm.c).
+
+   With AVX512-BF16 (`-march=native` on a CPU that has it: Zen 4, Sapphire Rapids) both
+   operands are packed as pairs along K, and an 8 x 48 register tile accumulates with
+   vdpbf16ps (two products per float32 lane per instruction, twice an FMA's rate);
+   elsewhere the operands are widened to float32 and multiplied by plain loops the
+   compiler vectorises. The choice is made when the unit is compiled, on the machine that
+   runs it, so one wheel serves both. */
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LM_BF_NO_TRANS 111
+
+typedef unsigned short lm_bf16;
+
+static inline float lm_bf_load(lm_bf16 v)
+{
+    uint32_t bits = ((uint32_t)v) << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static inline lm_bf16 lm_bf_round(float f)
+{
+    uint32_t bits;
+    memcpy(&bits, &f, 4);
+    if (f != f) return (lm_bf16)((bits >> 16) | 0x40);
+    bits += 0x7fff + ((bits >> 16) & 1);
+    return (lm_bf16)(bits >> 16);
+}
+
+/* element (i, p) of op(A), and (p, j) of op(B) */
+static inline lm_bf16 lm_bf_a(int ta, const lm_bf16* a, long long lda, long long i, long long p)
+{
+    return ta == LM_BF_NO_TRANS ? a[i * lda + p] : a[p * lda + i];
+}
+
+static inline lm_bf16 lm_bf_b(int tb, const lm_bf16* b, long long ldb, long long p, long long j)
+{
+    return tb == LM_BF_NO_TRANS ? b[p * ldb + j] : b[j * ldb + p];
+}
+
+static inline lm_bf16* lm_bf_out(lm_bf16* c, long long ldc, long long width, long long stride,
+                                 long long i, long long j)
+{
+    return c + i * ldc + j / width * stride + j % width;
+}
+
+/* the product without packing: float32 rows, one per output row (small products, a
+   failed allocation, CPUs without AVX512-BF16); exported so tests reach it everywhere */
+void lm_gemm_bf16_rows(int ta, int tb, long long m, long long n, long long k,
+                              const lm_bf16* a, long long lda, const lm_bf16* b, long long ldb,
+                              lm_bf16* c, long long ldc, long long width, long long stride)
+{
+    float* wide = malloc(sizeof(float) * (size_t)(k * n + 1));
+    if (wide != NULL) /* op(B) widened once, row-major (k x n) */
+        for (long long p = 0; p < k; p++)
+            for (long long j = 0; j < n; j++) wide[p * n + j] = lm_bf_load(lm_bf_b(tb, b, ldb, p, j));
+#pragma omp parallel for schedule(static) if (m * n * k > (1LL << 16))
+    for (long long i = 0; i < m; i++) {
+        float row[256];
+        for (long long j0 = 0; j0 < n; j0 += 256) {
+            long long cols = n - j0 < 256 ? n - j0 : 256;
+            for (long long j = 0; j < cols; j++) row[j] = 0.0f;
+            for (long long p = 0; p < k; p++) {
+                const float x = lm_bf_load(lm_bf_a(ta, a, lda, i, p));
+                if (wide != NULL) {
+                    const float* w = wide + p * n + j0;
+#pragma omp simd
+                    for (long long j = 0; j < cols; j++) row[j] += x * w[j];
+                } else {
+                    for (long long j = 0; j < cols; j++)
+                        row[j] += x * lm_bf_load(lm_bf_b(tb, b, ldb, p, j0 + j));
+                }
+            }
+            for (long long j = 0; j < cols; j++)
+                *lm_bf_out(c, ldc, width, stride, i, j0 + j) = lm_bf_round(row[j]);
+        }
+    }
+    free(wide);
+}
+
+#if defined(__AVX512BF16__) && defined(__AVX512F__) && defined(__AVX512VL__)
+#include <immintrin.h>
+
+#define LM_BF_MR 8              /* rows of the register tile */
+#define LM_BF_NV 3              /* vectors of 16 float32 lanes per tile row */
+#define LM_BF_NR (16 * LM_BF_NV) /* 8 x 48 floats: 24 of the 32 vector registers */
+#define LM_BF_MIN_WORK (1LL << 15) /* below m * n * k of this, lm_gemm_bf16_rows */
+
+/* A's rows [i0, i0 + MR) packed as K pairs: word q * MR + r holds (A[i0+r][2q],
+   A[i0+r][2q+1]) (low half first), zero past m and k */
+static void lm_bf_pack_a(int ta, const lm_bf16* a, long long lda, long long m, long long k,
+                         long long i0, uint32_t* ap)
+{
+    const long long pairs = (k + 1) / 2;
+    for (long long q = 0; q < pairs; q++)
+        for (int r = 0; r < LM_BF_MR; r++) {
+            const long long i = i0 + r, p = 2 * q;
+            uint32_t lo = 0, hi = 0;
+            if (i < m) {
+                lo = lm_bf_a(ta, a, lda, i, p);
+                if (p + 1 < k) hi = lm_bf_a(ta, a, lda, i, p + 1);
+            }
+            ap[q * LM_BF_MR + r] = lo | (hi << 16);
+        }
+}
+
+/* B's columns [j0, j0 + NR) packed as K pairs: pair q of column j at
+   bp[(q * NR + j - j0) * 2], zero past n and k */
+static void lm_bf_pack_b(int tb, const lm_bf16* b, long long ldb, long long n, long long k,
+                         long long j0, lm_bf16* bp)
+{
+    const long long pairs = (k + 1) / 2;
+    for (long long q = 0; q < pairs; q++) {
+        const long long p = 2 * q;
+        lm_bf16* out = bp + q * LM_BF_NR * 2;
+        for (int jj = 0; jj < LM_BF_NR; jj++) {
+            const long long j = j0 + jj;
+            out[2 * jj] = j < n ? lm_bf_b(tb, b, ldb, p, j) : 0;
+            out[2 * jj + 1] = j < n && p + 1 < k ? lm_bf_b(tb, b, ldb, p + 1, j) : 0;
+        }
+    }
+}
+
+/* one MR x NR tile of C from packed panels; `rows`/`cols` of it are in C */
+static void lm_bf_tile(long long pairs, const uint32_t* restrict ap, const lm_bf16* restrict bp,
+                       lm_bf16* c, long long ldc, long long width, long long stride, long long i,
+                       long long j, int rows, int cols)
+{
+    __m512 acc[LM_BF_MR][LM_BF_NV];
+    for (int r = 0; r < LM_BF_MR; r++)
+        for (int v = 0; v < LM_BF_NV; v++) acc[r][v] = _mm512_setzero_ps();
+    for (long long q = 0; q < pairs; q++) {
+        __m512bh bv[LM_BF_NV];
+        for (int v = 0; v < LM_BF_NV; v++)
+            bv[v] = (__m512bh)_mm512_loadu_si512(bp + (q * LM_BF_NR + 16 * v) * 2);
+        for (int r = 0; r < LM_BF_MR; r++) {
+            const __m512bh av = (__m512bh)_mm512_set1_epi32((int)ap[q * LM_BF_MR + r]);
+            for (int v = 0; v < LM_BF_NV; v++) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], av, bv[v]);
+        }
+    }
+    if (cols == LM_BF_NR && j % width + LM_BF_NR <= width) {
+        for (int r = 0; r < rows; r++) {
+            lm_bf16* out = lm_bf_out(c, ldc, width, stride, i + r, j);
+            for (int v = 0; v < LM_BF_NV; v++)
+                _mm256_storeu_si256((__m256i*)(out + 16 * v),
+                                    (__m256i)_mm512_cvtneps_pbh(acc[r][v]));
+        }
+        return;
+    }
+    float tile[LM_BF_MR][LM_BF_NR];
+    for (int r = 0; r < LM_BF_MR; r++)
+        for (int v = 0; v < LM_BF_NV; v++) _mm512_storeu_ps(&tile[r][16 * v], acc[r][v]);
+    for (int r = 0; r < rows; r++)
+        for (int jj = 0; jj < cols; jj++)
+            *lm_bf_out(c, ldc, width, stride, i + r, j + jj) = lm_bf_round(tile[r][jj]);
+}
+
+void lm_gemm_bf16(int ta, int tb, long long m, long long n, long long k, const lm_bf16* a,
+                  long long lda, const lm_bf16* b, long long ldb, lm_bf16* c, long long ldc,
+                  long long width, long long stride)
+{
+    if (m <= 0 || n <= 0) return;
+    if (width <= 0) width = n;
+    const long long pairs = (k + 1) / 2;
+    const long long row_panels = (m + LM_BF_MR - 1) / LM_BF_MR;
+    const long long col_panels = (n + LM_BF_NR - 1) / LM_BF_NR;
+    uint32_t* ap = m * n * k < LM_BF_MIN_WORK ? NULL
+                   : malloc(sizeof(uint32_t) * (size_t)(row_panels * LM_BF_MR * pairs + 1));
+    lm_bf16* bp = ap == NULL ? NULL
+                  : malloc(sizeof(lm_bf16) * (size_t)(col_panels * LM_BF_NR * 2 * pairs + 1));
+    if (bp == NULL) {
+        free(ap);
+        lm_gemm_bf16_rows(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, width, stride);
+        return;
+    }
+    const long long panels = row_panels + col_panels;
+#pragma omp parallel
+    {
+#pragma omp for schedule(dynamic, 1)
+        for (long long t = 0; t < panels; t++) {
+            if (t < row_panels)
+                lm_bf_pack_a(ta, a, lda, m, k, t * LM_BF_MR, ap + t * LM_BF_MR * pairs);
+            else
+                lm_bf_pack_b(tb, b, ldb, n, k, (t - row_panels) * LM_BF_NR,
+                             bp + (t - row_panels) * LM_BF_NR * 2 * pairs);
+        }
+#pragma omp for collapse(2) schedule(static)
+        for (long long jp = 0; jp < col_panels; jp++)
+            for (long long ip = 0; ip < row_panels; ip++) {
+                const long long i = ip * LM_BF_MR, j = jp * LM_BF_NR;
+                const int rows = m - i < LM_BF_MR ? (int)(m - i) : LM_BF_MR;
+                const int cols = n - j < LM_BF_NR ? (int)(n - j) : LM_BF_NR;
+                lm_bf_tile(pairs, ap + ip * LM_BF_MR * pairs, bp + jp * LM_BF_NR * 2 * pairs, c,
+                           ldc, width, stride, i, j, rows, cols);
+            }
+    }
+    free(ap);
+    free(bp);
+}
+#else
+void lm_gemm_bf16(int ta, int tb, long long m, long long n, long long k, const lm_bf16* a,
+                  long long lda, const lm_bf16* b, long long ldb, lm_bf16* c, long long ldc,
+                  long long width, long long stride)
+{
+    if (m <= 0 || n <= 0) return;
+    lm_gemm_bf16_rows(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, width <= 0 ? n : width, stride);
+}
+#endif

@@ -1,0 +1,127 @@
+"""bfloat16 contractions as calls to `lm_gemm_bf16` (`gemm_bf16.c`, linked into every
+graph's library beside `gemm.c`): products summed in float32 and rounded to bfloat16 once
+per output element, with AVX512-BF16's vdpbf16ps where the CPU has it.
+
+The kernel is the sgemm kernel's (`blas.sgemm_kernel`) for bfloat16: axes classified the
+same way, operands read in place when their buffer is a bfloat16 matrix, else packed into
+bfloat16 scratch (exact for a materialised operand; an inlined producer is rounded to
+bfloat16 as its store would). No gather or few-rows path: those are float32 only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cache
+from pathlib import Path
+
+from luminal.backends.cpu.blas import (
+    FLIP,
+    NO_TRANS,
+    TRANS,
+    Operand,
+    _column_blocks,
+    _in_place,
+    _name,
+    _pack,
+    _size,
+)
+from luminal.dtype import DType
+from luminal.graph import Graph, Node
+from luminal.kernel import ir
+from luminal.kernel.indexing import flat_index
+from luminal.kernel.values import ValueLowering
+from luminal.schedule.contraction import classify, merged_axes
+from luminal.shape.expr import ZERO, Expr, sym
+from luminal.shape.tracker import contiguous_strides
+
+BF16 = DType.bfloat16
+NAME = "lm_gemm_bf16"
+PROTOTYPE = (
+    "void lm_gemm_bf16(int, int, long long, long long, long long, const unsigned short*, "
+    "long long, const unsigned short*, long long, unsigned short*, long long, long long, "
+    "long long);\n"
+)
+
+
+@cache
+def _source() -> str:
+    return (Path(__file__).parent / "gemm_bf16.c").read_text()
+
+
+def support_unit() -> tuple[str, str]:
+    """The (name, C source) unit defining `lm_gemm_bf16`."""
+    return "lm_gemm_bf16", _source()
+
+
+def bf16_kernel(
+    graph: Graph, node: Node, materialised: set[int], dims: Sequence[str]
+) -> ir.Kernel | None:
+    """The IR of a bfloat16 contraction as `lm_gemm_bf16` calls, or None (an operand not
+    bfloat16, no M or N axis, output axes that do not form a row-major matrix)."""
+    a_edge, b_edge = node.inputs
+    if any(graph.nodes[e.source].dtype != BF16 for e in node.inputs):
+        return None
+    shape = tuple(a_edge.view.shape)
+    summed = node.op.summed
+    axes = classify(shape, summed, (a_edge.view, b_edge.view))
+    if axes is None or not (axes.m or axes.n):
+        return None
+    out_axes = [d for d in range(len(shape)) if d not in summed]
+    out_strides = dict(zip(out_axes, contiguous_strides(node.shape), strict=True))
+    swap = bool(axes.n) and out_strides[axes.n[-1]] != 1
+    row_axes, col_axes = (axes.n, axes.m) if swap else (axes.m, axes.n)
+    row_group = merged_axes(row_axes, shape, out_strides)
+    col_group = merged_axes(col_axes, shape, out_strides)
+    width, block_stride = None, ZERO
+    if col_group is None:
+        col_group, width, block_stride = _column_blocks(col_axes, shape, out_strides)
+    if row_group is None or col_group is None or (col_axes and col_group[1] != 1):
+        return None
+    m, n, k = _size(shape, axes.m), _size(shape, axes.n), _size(shape, axes.k)
+    ldc = row_group[1] if row_axes else col_group[0]
+    w = ValueLowering(graph, materialised - {node.id})
+    w.param(node.id)
+    index = [w.loop_var(f"i{j}_", shape[d]) for j, d in enumerate(axes.batch)]
+    batch_flat = flat_index(index, [shape[d] for d in axes.batch])
+    prologue: list[ir.Stmt] = []
+    frees: list[ir.Stmt] = []
+    operands: list[Operand] = []
+    scratch: list[Expr] = []
+    sides = (("pa", a_edge, axes.m, axes.k, (m, k)), ("pb", b_edge, axes.k, axes.n, (k, n)))
+    for name, edge, rows, cols, size in sides:
+        operand = _in_place(graph, w, edge, axes.batch, index, rows, cols, materialised, BF16)
+        if operand is None:
+            fill, matrix, transposed, elements = _pack(w, edge, axes.batch, rows, cols, name, BF16)
+            released = tuple(f.name for f in frees)  # type: ignore[attr-defined]
+            prologue += [ir.Alloc(name, BF16, elements, released), *fill]
+            frees.append(ir.Free(name))
+            scratch.append(elements * 2)
+            ld = size[0] if transposed else size[1]
+            operand = Operand(name, batch_flat * matrix, TRANS if transposed else NO_TRANS, ld)
+        operands.append(operand)
+    a, b = operands
+    c_off = sum((i * out_strides[d] for i, d in zip(index, axes.batch, strict=True)), ZERO)
+    first, second, rows_c, cols_c = (b, a, n, m) if swap else (a, b, m, n)
+    t1, t2 = (FLIP[b.trans], FLIP[a.trans]) if swap else (a.trans, b.trans)
+    call = ir.LibraryCall(
+        NAME,
+        (
+            sym(t1), sym(t2), rows_c, cols_c, k,
+            ir.Pointer(first.param, first.offset), first.ld,
+            ir.Pointer(second.param, second.offset), second.ld,
+            ir.Pointer(0, c_off), ldc, cols_c if width is None else width, block_stride,
+        ),
+    )  # fmt: skip
+    body: tuple[ir.Stmt, ...] = (call,)
+    for i, d in reversed(list(zip(index, axes.batch, strict=True))):
+        body = (ir.Loop(_name(i), shape[d], "serial", body),)
+    return ir.Kernel(
+        "gemm_bf16",
+        w.kernel_params(),
+        tuple(dims),
+        (*prologue, *body, *frees),
+        tuple(sorted({*w.nodes, node.id})),
+        scratch=tuple(scratch),
+        prelude=PROTOTYPE,
+        reports_faults=bool(scratch),
+    )

@@ -1,0 +1,167 @@
+"""The bfloat16 matrix product `lm_gemm_bf16` (gemm_bf16.c): called directly (packed
+AVX512-BF16 kernel where the CPU has it, and the portable float32 loop everywhere) against
+PyTorch's bf16 matmul and numpy float32 on the same bf16 inputs (K tails, tile edges,
+transposed operands, NaN); from compiled graphs; and a bf16 MLP trained on the CPU backend
+against the same MLP trained by PyTorch in bf16."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+
+import luminal as lm
+from luminal.backends.cpu import toolchain
+from luminal.training import SGD, TrainStep, losses
+
+NO_TRANS, TRANS = 111, 112
+I64 = ctypes.c_longlong
+BF16 = ml_dtypes.bfloat16
+
+
+@pytest.fixture(scope="module")
+def library():  # noqa: ANN201 - a ctypes library
+    path = toolchain.build_shared([("probe", "int lm_probe(void) { return 0; }\n")], True)
+    lib = toolchain.load(path)
+    pointer = ctypes.c_void_p
+    for function in (lib.lm_gemm_bf16, lib.lm_gemm_bf16_rows):
+        function.argtypes = [ctypes.c_int, ctypes.c_int, I64, I64, I64, pointer, I64, pointer]
+        function.argtypes += [I64, pointer, I64, I64, I64]
+        function.restype = None
+    return lib
+
+
+def operand(rng: np.random.Generator, rows: int, cols: int, trans: bool) -> np.ndarray:
+    """A (rows, cols) bf16 matrix, stored transposed (a contiguous (cols, rows)) when asked."""
+    matrix = rng.standard_normal((rows, cols)).astype(BF16)
+    return np.ascontiguousarray(matrix.T) if trans else matrix
+
+
+def product(function, a, b, m, n, k, ta, tb, pad=0):  # noqa: ANN001, ANN201
+    c = np.full((m, n + pad), 7.0, BF16)
+    lda, ldb = a.shape[1], b.shape[1]
+    function(
+        TRANS if ta else NO_TRANS, TRANS if tb else NO_TRANS, m, n, k, a.ctypes.data, lda,
+        b.ctypes.data, ldb, c.ctypes.data, n + pad, n, 0,
+    )  # fmt: skip
+    assert (c[:, n:] == 7.0).all()
+    return c[:, :n].astype(np.float32)
+
+
+def check(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
+    """`c` against numpy float32 on the bf16 inputs (one bf16 rounding apart, plus float32
+    summation order) and against torch's bf16 matmul (both rounded: one bf16 step)."""
+    a32, b32 = a.astype(np.float32), b.astype(np.float32)
+    exact = a32.astype(np.float64) @ b32.astype(np.float64)
+    scale = np.abs(a32).astype(np.float64) @ np.abs(b32).astype(np.float64)
+    np.testing.assert_array_less(np.abs(c - exact), 2.0**-8 * np.abs(exact) + 1e-6 * scale + 1e-30)
+    theirs = (torch.from_numpy(a32).bfloat16() @ torch.from_numpy(b32).bfloat16()).float()
+    np.testing.assert_array_less(
+        np.abs(c - theirs.numpy()), 2.0**-7 * np.abs(exact) + 1e-6 * scale + 1e-30
+    )
+
+
+SHAPES = [(1, 1, 1), (13, 50, 3), (64, 512, 784), (37, 70, 129), (8, 48, 64), (100, 10, 512)]
+
+
+@pytest.mark.parametrize("path", ["lm_gemm_bf16", "lm_gemm_bf16_rows"])
+@pytest.mark.parametrize(("m", "n", "k"), SHAPES)
+@pytest.mark.parametrize(("ta", "tb"), [(False, False), (True, False), (False, True)])
+def test_product_equals_torch_and_numpy(library, path, m, n, k, ta, tb):  # noqa: ANN001
+    rng = np.random.default_rng(m * 7919 + n * 31 + k)
+    a, b = operand(rng, m, k, ta), operand(rng, k, n, tb)
+    c = product(getattr(library, path), a, b, m, n, k, ta, tb, pad=3)
+    check(c, a.T if ta else a, b.T if tb else b)
+
+
+@pytest.mark.parametrize("path", ["lm_gemm_bf16", "lm_gemm_bf16_rows"])
+def test_nan_reaches_only_its_row_and_column(library, path):  # noqa: ANN001
+    rng = np.random.default_rng(1)
+    a, b = operand(rng, 40, 65, False), operand(rng, 65, 60, False)
+    a[5, 64] = np.nan  # in the K tail (K odd: the last pair is half padding)
+    b[3, 9] = np.nan
+    c = product(getattr(library, path), a, b, 40, 60, 65, False, False)
+    nan = np.isnan(c)
+    assert nan[5].all() and nan[:, 9].all()
+    assert nan.sum() == 60 + 40 - 1
+
+
+def test_compiled_bf16_matmuls_call_lm_gemm_bf16(rng):  # noqa: ANN001
+    """x @ W.T (W read transposed in place), a batched product and a product of a
+    transposed intermediate, in bf16 on the CPU backend, against torch's bf16 matmul."""
+    x = rng.standard_normal((64, 300)).astype(BF16)
+    w = rng.standard_normal((200, 300)).astype(BF16)
+    p = rng.standard_normal((3, 33, 17)).astype(BF16)
+    q = rng.standard_normal((3, 17, 21)).astype(BF16)
+    cx = lm.Graph()
+    tx = cx.tensor((64, 300), lm.bfloat16).set(x)
+    tw = cx.tensor((200, 300), lm.bfloat16).set(w)
+    linear = (tx @ tw.T).retrieve()
+    batched = (
+        cx.tensor((3, 33, 17), lm.bfloat16).set(p) @ cx.tensor((3, 17, 21), lm.bfloat16).set(q)
+    ).retrieve()
+    chained = ((tx * 2.0).T @ tx).retrieve()  # an inlined producer, packed
+    compiled = cx.compile(lm.CPUCompiler())
+    cx.execute()
+    sources = "\n".join(k.source for s in compiled.segments for k in s.kernels)
+    assert sources.count("lm_gemm_bf16(") >= 3
+    t = {
+        name: torch.from_numpy(v.astype(np.float32)).bfloat16()
+        for name, v in dict(x=x, w=w, p=p, q=q).items()
+    }
+    expected = [t["x"] @ t["w"].T, t["p"] @ t["q"], (t["x"] * 2.0).T @ t["x"]]
+    for ours, theirs in zip((linear, batched, chained), expected, strict=True):
+        assert ours.numpy().dtype == BF16
+        got, want = ours.numpy().astype(np.float32), theirs.float().numpy()
+        np.testing.assert_allclose(got, want, rtol=2.0**-7, atol=1e-2)
+
+
+def torch_bf16_losses(state: dict, x: np.ndarray, y: np.ndarray, steps: int) -> np.ndarray:
+    """The MLP in torch: float32 master weights, bf16 forward, SGD with momentum."""
+    params = {k: torch.tensor(v, requires_grad=True) for k, v in state.items()}
+    opt = torch.optim.SGD(params.values(), lr=0.05, momentum=0.9)
+    tx, ty = torch.tensor(x).bfloat16(), torch.tensor(y).long()
+    out = []
+    for _ in range(steps):
+        opt.zero_grad()
+        h = tx
+        for i in (0, 2, 4):
+            h = h @ params[f"{i}.weight"].bfloat16().T + params[f"{i}.bias"].bfloat16()
+            h = torch.relu(h) if i < 4 else h
+        loss = torch.nn.functional.cross_entropy(h.float(), ty)
+        loss.backward()
+        opt.step()
+        out.append(loss.item())
+    return np.array(out)
+
+
+def test_bf16_mlp_training_tracks_torch_bf16() -> None:
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((64, 96)).astype(np.float32)
+    y = (x[:, :3].argmax(1)).astype(np.int32)
+    cx = lm.Graph()
+    lm.nn.manual_seed(0)
+    nn = lm.nn
+    model = nn.Sequential(
+        cx, nn.Linear(cx, 96, 128), nn.ReLU(), nn.Linear(cx, 128, 128), nn.ReLU(),
+        nn.Linear(cx, 128, 3),
+    )  # fmt: skip
+    state = {k: np.array(v, copy=True) for k, v in model.state_dict().items()}
+    step = TrainStep.build(
+        model,
+        losses.cross_entropy,
+        functools.partial(SGD, lr=0.05, momentum=0.9),
+        ("batch", 96),
+        mixed_precision="bf16",
+        compiler=lm.CPUCompiler(),
+    )
+    sources = "\n".join(k.source for s in step.graph.compiled.segments for k in s.kernels)
+    assert "lm_gemm_bf16(" in sources
+    ours = np.array([step(x, y) for _ in range(20)])
+    theirs = torch_bf16_losses(state, x, y, 20)
+    assert ours[-1] < 0.5 * ours[0]
+    np.testing.assert_allclose(ours, theirs, atol=5e-3, rtol=0)
