@@ -113,7 +113,8 @@ def custom_kernel(
 ) -> Any:
     """Add a node running `c_source`'s function on `inputs`; returns its output tensor.
     `name` is the C function to call (default: the first non-static void function
-    defined; prototypes do not count); `reference` its numpy equivalent, which the
+    defined, prototypes do not count; in CUDA, OpenCL or Metal the first `__global__` /
+    `__kernel` / `kernel` one); `reference` its numpy equivalent, which the
     reference runtime runs instead of the C; `backend="opencl"`, `"cuda"` or `"metal"`
     for a device language, or a `{backend: source}` mapping as `c_source` for several
     (see the module docstring)."""
@@ -131,7 +132,7 @@ def custom_kernel(
             "equivalent): the reference runtime runs only C"
         )
     primary = "c" if "c" in sources else next(iter(sources))
-    function = name or _first_function(sources[primary])
+    function = name or _first_function(sources[primary], primary)
     for language, source in sources.items():
         if function is None or f"{function}(" not in source.replace(" (", "("):
             raise GraphError(
@@ -161,20 +162,34 @@ def narrow_to(graph: Any, backend: str) -> None:
 
 BACKENDS = ("c", "opencl", "cuda", "metal")
 _COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.DOTALL)
-_VOID_FUNCTION = re.compile(
-    r"(\bstatic\s+(?:inline\s+)?)?\b(?:__kernel\s+|kernel\s+)?void\s+([A-Za-z_]\w*)\s*\("
-)
+_VOID_FUNCTION = re.compile(r"\bvoid\s+([A-Za-z_]\w*)\s*\(")
+# what marks a device language's entry point (its helpers are plain functions)
+_ENTRY = {"cuda": {"__global__"}, "opencl": {"__kernel", "kernel"}, "metal": {"kernel"}}
 
 
-def _first_function(source: str) -> str | None:
+def _first_function(source: str, language: str = "c") -> str | None:
     """The first non-static `void name(...) {` of the source: a definition, not a
-    prototype (`...);`) and not a helper the library does not export."""
+    prototype (`...);`) and not a helper the library does not export; in a device
+    language the first such entry point (`__global__`, `__kernel`, `kernel`) when it
+    has one, so that a helper defined before the kernel is not taken for it."""
     code = _COMMENT.sub(" ", source)
+    found: list[tuple[str, set[str]]] = []
     for match in _VOID_FUNCTION.finditer(code):
         after = _after_parameters(code, match.end())
-        if match.group(1) is None and after is not None and code[after:].lstrip()[:1] == "{":
-            return match.group(2)
-    return None
+        if after is None or code[after:].lstrip()[:1] != "{":
+            continue
+        qualifiers = set(re.findall(r"[A-Za-z_]\w*", _declaration_head(code, match.start())))
+        if "static" not in qualifiers:
+            found.append((match.group(1), qualifiers))
+    entries = [name for name, words in found if words & _ENTRY.get(language, set())]
+    return (entries or [name for name, _ in found] or [None])[0]
+
+
+def _declaration_head(code: str, start: int) -> str:
+    """The declaration's text before `start`, back to the previous `;`, `}` or `{`,
+    without preprocessor lines: `static inline`, `extern "C" __global__`."""
+    head = code[max(code.rfind(mark, 0, start) for mark in ";{}") + 1 : start]
+    return "\n".join(line for line in head.splitlines() if not line.lstrip().startswith("#"))
 
 
 def _after_parameters(code: str, start: int) -> int | None:
