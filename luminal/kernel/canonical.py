@@ -8,6 +8,12 @@ value locals in order of declaration and orders the operands of two-operand `add
 `mul` (exactly commutative in IEEE and in wrapping int32 arithmetic), so such kernels
 render to the same text, hence the same symbol and one compiled function.
 
+Commutative in the IR, not always bit for bit in the compiled C: under
+`-ffp-contract=fast` (toolchain.CFLAGS) gcc fuses `a * b + c * d` into an fma of one
+product and the other rounded, and which one follows the operand order. So the chosen
+order can move a kernel's result by an fma's rounding from what the lowered order gave
+(every kernel with one canonical source still computes the same bits).
+
 Left alone, because changing them could change results or meaning: operands of `max`
 (the NaN-propagating max returns its second operand for `max(-0.0, +0.0)`), n-ary sums
 (float addition does not associate), index locals (index expressions read them by
@@ -75,7 +81,8 @@ class _Unknown(Exception):
 
 def canonical(kernel: ir.Kernel) -> ir.Kernel:
     """`kernel` with value locals renamed in declaration order (`_mapping`) and the
-    operands of two-operand add/mul in a fixed order; the same values in every case."""
+    operands of two-operand add/mul in a fixed order; the same values (up to gcc's fma
+    contraction, see the module docstring)."""
     try:
         declared, taken = _names(kernel.body)
     except _Unknown:
