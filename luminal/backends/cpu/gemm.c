@@ -166,18 +166,18 @@ static inline void lm_copy_even(float* restrict d, const float* restrict s, int 
     for (; e < count; e++) d[e] = s[2 * e];
 }
 
-/* a gathered panel: element (p, j) at b[row(p) + column(j)] */
-static void lm_pack_gather(const lm_in* in, long long n, long long j0, long long p0, long long kc,
-                           float* restrict out)
+/* a gathered panel: element (p, j) at b[row[p] + column(j)] (`row`: the K rows' offsets,
+   the same for every panel of a K block) */
+static void lm_pack_gather(const lm_in* in, long long n, long long j0, const long long* row,
+                           long long kc, float* restrict out)
 {
     const long long* desc = in->gather;
-    const long long nk = desc[0], *k_axes = desc + 1, nn = desc[1 + 2 * nk];
+    const long long nk = desc[0], nn = desc[1 + 2 * nk];
     const long long* n_axes = desc + 2 + 2 * nk;
     const long long cols = n - j0 < LM_NR ? n - j0 : LM_NR;
-    long long column[LM_NR], row[LM_KC];
+    long long column[LM_NR];
     lm_gather_offsets(n_axes, nn, j0, cols, column);
     for (long long x = cols; x < LM_NR; x++) column[x] = column[0];
-    lm_gather_offsets(k_axes, nk, p0, kc, row);
     /* runs of columns 1 apart (along an image row at stride 1) are copied whole, runs 2
        apart (stride 2) as even elements of vector pairs */
     int start[LM_NR + 1], step[LM_NR], runs = 0;
@@ -209,12 +209,13 @@ static void lm_pack_gather(const lm_in* in, long long n, long long j0, long long
     }
 }
 
-/* columns [j0, j0 + NR) of op(B), K range [p0, p0 + kc), as a kc x NR panel */
+/* columns [j0, j0 + NR) of op(B), K range [p0, p0 + kc), as a kc x NR panel (`row`: the
+   K rows' offsets from lm_b_rows, used by a gathered B) */
 static void lm_pack_b(const lm_in* in, long long n, long long j0, long long p0, long long kc,
-                      float* restrict out)
+                      const long long* row, float* restrict out)
 {
     if (in->gather) {
-        lm_pack_gather(in, n, j0, p0, kc, out);
+        lm_pack_gather(in, n, j0, row, kc, out);
         return;
     }
     const int tb = in->tb;
@@ -231,10 +232,10 @@ static void lm_pack_b(const lm_in* in, long long n, long long j0, long long p0, 
             out[p * LM_NR + j] = j < cols ? lm_at(b, ldb, tb, p0 + p, j0 + j) : 0.0f;
 }
 
-/* B's K rows [p0, p0 + kc) as offsets (of their first column) when B's panels can be read
-   in place: a row-major matrix, or a gathered tensor (then a panel qualifies only when
-   its columns are consecutive: lm_direct_panel). 0 when they cannot. */
-static int lm_direct_rows(const lm_in* in, long long p0, long long kc, long long* rows_at)
+/* B's K rows [p0, p0 + kc) as offsets (of their first column), computed once per K block:
+   a gathered tensor's (packing and reading in place use them), or a row-major matrix's
+   (for reading in place). 0 when B is a transposed matrix (never read in place). */
+static int lm_b_rows(const lm_in* in, long long p0, long long kc, long long* rows_at)
 {
     if (in->gather) {
         lm_gather_offsets(in->gather + 1, in->gather[0], p0, kc, rows_at);
@@ -301,12 +302,13 @@ static int lm_gemm(int ta, long long m, long long n, long long k, const float* a
             const long long i0 = m_panels * part / m_parts, i1 = m_panels * (part + 1) / m_parts;
             for (long long q = 0; q < k_blocks; q++) {
                 const long long p0 = q * LM_KC, kc = k - p0 < LM_KC ? k - p0 : LM_KC;
-                const int in_place =
-                    m_panels <= LM_DIRECT_PANELS && lm_direct_rows(in, p0, kc, rows_at);
+                const int rows_known = lm_b_rows(in, p0, kc, rows_at);
+                const int in_place = rows_known && m_panels <= LM_DIRECT_PANELS;
                 for (long long jp = first; jp < last; jp++) {
                     direct[jp - first] = in_place ? lm_direct_panel(in, n, jp * LM_NR) : 0;
                     if (!direct[jp - first])
-                        lm_pack_b(in, n, jp * LM_NR, p0, kc, bp + (jp - first) * LM_NR * kc);
+                        lm_pack_b(in, n, jp * LM_NR, p0, kc, rows_at,
+                                  bp + (jp - first) * LM_NR * kc);
                 }
                 for (long long ip = i0; ip < i1; ip++) {
                     const long long rows = m - ip * LM_MR < LM_MR ? m - ip * LM_MR : LM_MR;
