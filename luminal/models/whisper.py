@@ -231,7 +231,7 @@ class WhisperEncoder(Module):
         x = self.conv2(x).gelu(approximate="none")
         x = x.permute(0, 2, 1) + self.embed_positions.weight
         for layer in self.layers:
-            x = layer(x)
+            x = layer(x).graph_break()  # one e-graph region per layer (see DecoderStack)
         return self.layer_norm(x)
 
 
@@ -261,6 +261,7 @@ class WhisperDecoder(Module):
         new_caches = []
         for index, layer in enumerate(self.layers):
             x, cache = layer(x, cross[index], None if caches is None else caches[index])
+            x = x.graph_break()
             new_caches.append(cache)
         return self.layer_norm(x), new_caches
 
