@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import luminal as lm
-from luminal.backends.cpu import toolchain
+from luminal.backends.cpu import gemm_bf16, toolchain
 from luminal.training import SGD, TrainStep, losses
 
 NO_TRANS, TRANS = 111, 112
@@ -25,7 +25,18 @@ BF16 = ml_dtypes.bfloat16
 
 @pytest.fixture(scope="module")
 def library():  # noqa: ANN201 - a ctypes library
-    path = toolchain.build_shared([("probe", "int lm_probe(void) { return 0; }\n")], True)
+    return _declared(
+        toolchain.build_shared([("probe", "int lm_probe(void) { return 0; }\n")], True)
+    )
+
+
+@pytest.fixture(scope="module")
+def portable():  # noqa: ANN201 - the unit built as on a CPU without AVX512-BF16
+    _, source = gemm_bf16.support_unit()
+    return _declared(toolchain.build_shared([("nobf16", "#undef __AVX512BF16__\n" + source)]))
+
+
+def _declared(path):  # noqa: ANN001, ANN202
     lib = toolchain.load(path)
     pointer = ctypes.c_void_p
     for function in (lib.lm_gemm_bf16, lib.lm_gemm_bf16_rows):
@@ -68,23 +79,30 @@ def check(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
 SHAPES = [(1, 1, 1), (13, 50, 3), (64, 512, 784), (37, 70, 129), (8, 48, 64), (100, 10, 512)]
 
 
-@pytest.mark.parametrize("path", ["lm_gemm_bf16", "lm_gemm_bf16_rows"])
+PATHS = ["lm_gemm_bf16", "lm_gemm_bf16_rows", "portable"]
+
+
+def function(library, portable, path):  # noqa: ANN001, ANN201
+    return portable.lm_gemm_bf16 if path == "portable" else getattr(library, path)
+
+
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize(("m", "n", "k"), SHAPES)
 @pytest.mark.parametrize(("ta", "tb"), [(False, False), (True, False), (False, True)])
-def test_product_equals_torch_and_numpy(library, path, m, n, k, ta, tb):  # noqa: ANN001
+def test_product_equals_torch_and_numpy(library, portable, path, m, n, k, ta, tb):  # noqa: ANN001
     rng = np.random.default_rng(m * 7919 + n * 31 + k)
     a, b = operand(rng, m, k, ta), operand(rng, k, n, tb)
-    c = product(getattr(library, path), a, b, m, n, k, ta, tb, pad=3)
+    c = product(function(library, portable, path), a, b, m, n, k, ta, tb, pad=3)
     check(c, a.T if ta else a, b.T if tb else b)
 
 
-@pytest.mark.parametrize("path", ["lm_gemm_bf16", "lm_gemm_bf16_rows"])
-def test_nan_reaches_only_its_row_and_column(library, path):  # noqa: ANN001
+@pytest.mark.parametrize("path", PATHS)
+def test_nan_reaches_only_its_row_and_column(library, portable, path):  # noqa: ANN001
     rng = np.random.default_rng(1)
     a, b = operand(rng, 40, 65, False), operand(rng, 65, 60, False)
     a[5, 64] = np.nan  # in the K tail (K odd: the last pair is half padding)
     b[3, 9] = np.nan
-    c = product(getattr(library, path), a, b, 40, 60, 65, False, False)
+    c = product(function(library, portable, path), a, b, 40, 60, 65, False, False)
     nan = np.isnan(c)
     assert nan[5].all() and nan[:, 9].all()
     assert nan.sum() == 60 + 40 - 1

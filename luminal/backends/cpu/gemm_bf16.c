@@ -55,13 +55,29 @@ static inline lm_bf16* lm_bf_out(lm_bf16* c, long long ldc, long long width, lon
     return c + i * ldc + j / width * stride + j % width;
 }
 
+/* scratch memory (packed operands, widened rows): grown, never shrunk, one block per
+   calling thread; a fresh malloc of a few hundred KiB per call is an mmap, and its page
+   faults cost more than the product at the sizes of an MLP's training step */
+static __thread void* lm_bf_space;
+static __thread long long lm_bf_space_bytes;
+
+static void* lm_bf_workspace(long long bytes)
+{
+    if (bytes > lm_bf_space_bytes) {
+        free(lm_bf_space);
+        lm_bf_space = aligned_alloc(64, (size_t)(bytes + 63) / 64 * 64);
+        lm_bf_space_bytes = lm_bf_space == NULL ? 0 : bytes;
+    }
+    return lm_bf_space;
+}
+
 /* the product without packing: float32 rows, one per output row (small products, a
    failed allocation, CPUs without AVX512-BF16); exported so tests reach it everywhere */
 void lm_gemm_bf16_rows(int ta, int tb, long long m, long long n, long long k,
                               const lm_bf16* a, long long lda, const lm_bf16* b, long long ldb,
                               lm_bf16* c, long long ldc, long long width, long long stride)
 {
-    float* wide = malloc(sizeof(float) * (size_t)(k * n + 1));
+    float* wide = lm_bf_workspace((long long)sizeof(float) * (k * n + 1));
     if (wide != NULL) /* op(B) widened once, row-major (k x n) */
         for (long long p = 0; p < k; p++)
             for (long long j = 0; j < n; j++) wide[p * n + j] = lm_bf_load(lm_bf_b(tb, b, ldb, p, j));
@@ -86,7 +102,6 @@ void lm_gemm_bf16_rows(int ta, int tb, long long m, long long n, long long k,
                 *lm_bf_out(c, ldc, width, stride, i, j0 + j) = lm_bf_round(row[j]);
         }
     }
-    free(wide);
 }
 
 #if defined(__AVX512BF16__) && defined(__AVX512F__) && defined(__AVX512VL__)
@@ -97,43 +112,64 @@ void lm_gemm_bf16_rows(int ta, int tb, long long m, long long n, long long k,
 #define LM_BF_NR (16 * LM_BF_NV) /* 8 x 48 floats: 24 of the 32 vector registers */
 #define LM_BF_MIN_WORK (1LL << 15) /* below m * n * k of this, lm_gemm_bf16_rows */
 
-/* A's rows [i0, i0 + MR) packed as K pairs: word q * MR + r holds (A[i0+r][2q],
-   A[i0+r][2q+1]) (low half first), zero past m and k */
-static void lm_bf_pack_a(int ta, const lm_bf16* a, long long lda, long long m, long long k,
-                         long long i0, uint32_t* ap)
-{
-    const long long pairs = (k + 1) / 2;
-    for (long long q = 0; q < pairs; q++)
-        for (int r = 0; r < LM_BF_MR; r++) {
-            const long long i = i0 + r, p = 2 * q;
-            uint32_t lo = 0, hi = 0;
-            if (i < m) {
-                lo = lm_bf_a(ta, a, lda, i, p);
-                if (p + 1 < k) hi = lm_bf_a(ta, a, lda, i, p + 1);
-            }
-            ap[q * LM_BF_MR + r] = lo | (hi << 16);
-        }
-}
+static inline uint32_t lm_bf_pair(lm_bf16 lo, lm_bf16 hi) { return lo | ((uint32_t)hi << 16); }
 
-/* B's columns [j0, j0 + NR) packed as K pairs: pair q of column j at
-   bp[(q * NR + j - j0) * 2], zero past n and k */
-static void lm_bf_pack_b(int tb, const lm_bf16* b, long long ldb, long long n, long long k,
-                         long long j0, lm_bf16* bp)
+/* A's rows [i0, i0 + MR) packed as K pairs: word q * MR + r holds (A[i0+r][2q],
+   A[i0+r][2q+1]) (low half first), zero past m and k. Untransposed, a pair is one word
+   of A's row; transposed, two rows of A interleave. */
+static void lm_bf_pack_a(int ta, const lm_bf16* a, long long lda, long long m, long long k,
+                         long long i0, uint32_t* restrict ap)
 {
-    const long long pairs = (k + 1) / 2;
-    for (long long q = 0; q < pairs; q++) {
-        const long long p = 2 * q;
-        lm_bf16* out = bp + q * LM_BF_NR * 2;
-        for (int jj = 0; jj < LM_BF_NR; jj++) {
-            const long long j = j0 + jj;
-            out[2 * jj] = j < n ? lm_bf_b(tb, b, ldb, p, j) : 0;
-            out[2 * jj + 1] = j < n && p + 1 < k ? lm_bf_b(tb, b, ldb, p + 1, j) : 0;
+    const long long full = k / 2;
+    const int rows = m - i0 < LM_BF_MR ? (int)(m - i0) : LM_BF_MR;
+    if (ta == LM_BF_NO_TRANS) {
+        for (int r = 0; r < rows; r++) {
+            const lm_bf16* row = a + (i0 + r) * lda;
+            for (long long q = 0; q < full; q++)
+                ap[q * LM_BF_MR + r] = lm_bf_pair(row[2 * q], row[2 * q + 1]);
+        }
+    } else {
+        for (long long q = 0; q < full; q++) {
+            const lm_bf16* even = a + 2 * q * lda + i0;
+            for (int r = 0; r < rows; r++) ap[q * LM_BF_MR + r] = lm_bf_pair(even[r], even[r + lda]);
         }
     }
+    for (long long q = 0; q < full; q++)
+        for (int r = rows; r < LM_BF_MR; r++) ap[q * LM_BF_MR + r] = 0;
+    if (k % 2)
+        for (int r = 0; r < LM_BF_MR; r++)
+            ap[full * LM_BF_MR + r] = r < rows ? lm_bf_a(ta, a, lda, i0 + r, k - 1) : 0;
+}
+
+/* B's columns [j0, j0 + NR) packed as K pairs: word q * NR + (j - j0) holds (B[2q][j],
+   B[2q+1][j]), zero past n and k. Transposed, a pair is one word of B's row;
+   untransposed, two rows of B interleave. */
+static void lm_bf_pack_b(int tb, const lm_bf16* b, long long ldb, long long n, long long k,
+                         long long j0, uint32_t* restrict bp)
+{
+    const long long full = k / 2;
+    const int cols = n - j0 < LM_BF_NR ? (int)(n - j0) : LM_BF_NR;
+    if (tb == LM_BF_NO_TRANS) {
+        for (long long q = 0; q < full; q++) {
+            const lm_bf16* even = b + 2 * q * ldb + j0;
+            for (int c = 0; c < cols; c++) bp[q * LM_BF_NR + c] = lm_bf_pair(even[c], even[c + ldb]);
+        }
+    } else {
+        for (int c = 0; c < cols; c++) {
+            const lm_bf16* row = b + (j0 + c) * ldb;
+            for (long long q = 0; q < full; q++)
+                bp[q * LM_BF_NR + c] = lm_bf_pair(row[2 * q], row[2 * q + 1]);
+        }
+    }
+    for (long long q = 0; q < full; q++)
+        for (int c = cols; c < LM_BF_NR; c++) bp[q * LM_BF_NR + c] = 0;
+    if (k % 2)
+        for (int c = 0; c < LM_BF_NR; c++)
+            bp[full * LM_BF_NR + c] = c < cols ? lm_bf_b(tb, b, ldb, k - 1, j0 + c) : 0;
 }
 
 /* one MR x NR tile of C from packed panels; `rows`/`cols` of it are in C */
-static void lm_bf_tile(long long pairs, const uint32_t* restrict ap, const lm_bf16* restrict bp,
+static void lm_bf_tile(long long pairs, const uint32_t* restrict ap, const uint32_t* restrict bp,
                        lm_bf16* c, long long ldc, long long width, long long stride, long long i,
                        long long j, int rows, int cols)
 {
@@ -143,7 +179,7 @@ static void lm_bf_tile(long long pairs, const uint32_t* restrict ap, const lm_bf
     for (long long q = 0; q < pairs; q++) {
         __m512bh bv[LM_BF_NV];
         for (int v = 0; v < LM_BF_NV; v++)
-            bv[v] = (__m512bh)_mm512_loadu_si512(bp + (q * LM_BF_NR + 16 * v) * 2);
+            bv[v] = (__m512bh)_mm512_loadu_si512(bp + q * LM_BF_NR + 16 * v);
         for (int r = 0; r < LM_BF_MR; r++) {
             const __m512bh av = (__m512bh)_mm512_set1_epi32((int)ap[q * LM_BF_MR + r]);
             for (int v = 0; v < LM_BF_NV; v++) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], av, bv[v]);
@@ -175,15 +211,15 @@ void lm_gemm_bf16(int ta, int tb, long long m, long long n, long long k, const l
     const long long pairs = (k + 1) / 2;
     const long long row_panels = (m + LM_BF_MR - 1) / LM_BF_MR;
     const long long col_panels = (n + LM_BF_NR - 1) / LM_BF_NR;
-    uint32_t* ap = m * n * k < LM_BF_MIN_WORK ? NULL
-                   : malloc(sizeof(uint32_t) * (size_t)(row_panels * LM_BF_MR * pairs + 1));
-    lm_bf16* bp = ap == NULL ? NULL
-                  : malloc(sizeof(lm_bf16) * (size_t)(col_panels * LM_BF_NR * 2 * pairs + 1));
-    if (bp == NULL) {
-        free(ap);
+    const long long a_words = (row_panels * LM_BF_MR * pairs + 15) / 16 * 16;
+    uint32_t* ap = m * n * k < LM_BF_MIN_WORK
+                       ? NULL
+                       : lm_bf_workspace(4 * (a_words + col_panels * LM_BF_NR * pairs + 1));
+    if (ap == NULL) {
         lm_gemm_bf16_rows(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, width, stride);
         return;
     }
+    uint32_t* bp = ap + a_words;
     const long long panels = row_panels + col_panels;
 #pragma omp parallel
     {
@@ -193,7 +229,7 @@ void lm_gemm_bf16(int ta, int tb, long long m, long long n, long long k, const l
                 lm_bf_pack_a(ta, a, lda, m, k, t * LM_BF_MR, ap + t * LM_BF_MR * pairs);
             else
                 lm_bf_pack_b(tb, b, ldb, n, k, (t - row_panels) * LM_BF_NR,
-                             bp + (t - row_panels) * LM_BF_NR * 2 * pairs);
+                             bp + (t - row_panels) * LM_BF_NR * pairs);
         }
 #pragma omp for collapse(2) schedule(static)
         for (long long jp = 0; jp < col_panels; jp++)
@@ -201,12 +237,10 @@ void lm_gemm_bf16(int ta, int tb, long long m, long long n, long long k, const l
                 const long long i = ip * LM_BF_MR, j = jp * LM_BF_NR;
                 const int rows = m - i < LM_BF_MR ? (int)(m - i) : LM_BF_MR;
                 const int cols = n - j < LM_BF_NR ? (int)(n - j) : LM_BF_NR;
-                lm_bf_tile(pairs, ap + ip * LM_BF_MR * pairs, bp + jp * LM_BF_NR * 2 * pairs, c,
+                lm_bf_tile(pairs, ap + ip * LM_BF_MR * pairs, bp + jp * LM_BF_NR * pairs, c,
                            ldc, width, stride, i, j, rows, cols);
             }
     }
-    free(ap);
-    free(bp);
 }
 #else
 void lm_gemm_bf16(int ta, int tb, long long m, long long n, long long k, const lm_bf16* a,
