@@ -25,7 +25,9 @@ void lm_sgemm(int, int, long long, long long, long long, const float*, long long
 #endif
 #define LM_GEMV_ROWS 4           /* at most this many A rows take the streaming path */
 #define LM_GEMV_BAND 16          /* chunks of B hold a multiple of this many rows */
-#define LM_GEMV_CHUNK_BYTES 131072 /* B per chunk a thread takes */
+#define LM_GEMV_CHUNK_BYTES 131072 /* B per chunk a thread takes, at least */
+#define LM_GEMV_CHUNKS 16        /* and at most this many chunks per thread (a 545 MB
+                                    head: 16 MB chunks, not 4,000 taken one by one) */
 #define LM_GEMV_MIN_BYTES 262144 /* below this much B (~8 us of streaming on one core),
                                     one thread: no fork/join */
 #define LM_GV_NO_TRANS 111
@@ -74,7 +76,7 @@ static void lm_gemv_band(long long m, long long j0, long long j1, long long k, c
         for (long long i = 0; i < m; i++) c[i * ldc + j] = lm_gv_dot(a + i * lda, b + j * ldb, k);
 }
 
-/* all threads, B's rows in chunks of about LM_GEMV_CHUNK_BYTES handed out dynamically:
+/* all threads, B's rows in chunks of at least LM_GEMV_CHUNK_BYTES handed out dynamically:
    a thread the OS delays holds up only its chunk (a static split in halves ran at half
    the speed on the loaded 2-core machine) */
 static void lm_gemv(long long m, long long n, long long k, const float* a, long long lda,
@@ -85,7 +87,9 @@ static void lm_gemv(long long m, long long n, long long k, const float* a, long 
         lm_gemv_band(m, 0, n, k, a, lda, b, ldb, c, ldc);
         return;
     }
-    long long rows = LM_GEMV_CHUNK_BYTES / (k * (long long)sizeof(float));
+    long long chunk = bytes / (LM_GEMV_CHUNKS * omp_get_max_threads());
+    chunk = chunk < LM_GEMV_CHUNK_BYTES ? LM_GEMV_CHUNK_BYTES : chunk;
+    long long rows = chunk / (k * (long long)sizeof(float));
     rows = rows < LM_GEMV_BAND ? LM_GEMV_BAND : rows - rows % LM_GEMV_BAND;
     const long long chunks = (n + rows - 1) / rows;
     #pragma omp parallel for schedule(dynamic, 1)
