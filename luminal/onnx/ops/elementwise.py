@@ -11,6 +11,7 @@ from onnx import TensorProto
 
 from luminal.dtype import DType, bool_, float32, int32
 from luminal.hl.binary import broadcast_shapes, not_nan
+from luminal.hl.combine import concat
 from luminal.onnx import dtypes
 from luminal.onnx.context import NodeContext, is_static
 from luminal.onnx.ops.common import as_float, floor, round_half_even, select
@@ -233,8 +234,9 @@ def _select_scalars(ctx: NodeContext, a: np.ndarray, b: np.ndarray) -> GraphTens
     condition indexes the table [b, a], exact, one load per element instead of a
     gather from the stacked pair of broadcast operands."""
     condition = ctx.tensor(0)
-    table = ctx.lift(np.array([b.item(), a.item()], dtype=a.dtype), "where_table")
-    picked = table.gather(condition.cast(int32))
+    # two constants (not a weight): equal tables of other Where nodes merge (CSE)
+    ends = [ctx.lift(np.asarray(v).reshape(1), "where_table") for v in (b, a)]
+    picked = concat(ends, 0).gather(condition.cast(int32))
     shape = broadcast_shapes(condition.view.shape, a.shape, "Where")
     shape = broadcast_shapes(shape, b.shape, "Where")
     leading = (1,) * (len(shape) - picked.ndim)
