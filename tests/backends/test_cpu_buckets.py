@@ -64,3 +64,20 @@ def test_bucket_places_what_only_it_reads_and_copies_the_rest() -> None:
     np.testing.assert_allclose(out.numpy(), halved * 3, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(later.numpy(), a_data.sum(0) + halved[:5], rtol=1e-6, atol=1e-6)
     assert halving.calls == 1
+
+
+def test_inputs_are_sized_by_what_the_bucket_reads_not_by_their_buffers() -> None:
+    """A broadcast input (a buffer of 1 read as 4) and a sliced one (a buffer of 7 read
+    as 4): their buffers' sizes add up to the bucket's length by chance (1 + 7 == 4 + 4),
+    which once passed for a layout with offsets by buffer size (a ValueError copying in)."""
+    x = np.arange(7, dtype=np.float32)
+    cx = lm.Graph()
+    a = cx.tensor((7,), name="a").set(x)
+    s = cx.tensor((1,), name="s").set(np.array([5.0], np.float32))
+    pieces = [(s * 1.0).reshape(()).expand((4,)), (a * 2.0)[0:4]]
+    bucket = cx.add_node(ops.Function("halve", Halving()), pieces, (8,), float32)
+    out = (bucket * 3.0).retrieve()
+    cx.compile(CPUCompiler())
+    cx.execute()
+    expected = np.concatenate([np.full(4, 5.0, np.float32), x[:4] * 2]) * np.float32(1.5)
+    np.testing.assert_array_equal(out.numpy(), expected)

@@ -78,7 +78,7 @@ def _layout(
     graph: Graph, node_id: int, readers: Counter[int], unplaceable: set[int]
 ) -> BucketLayout | None:
     node = graph.nodes[node_id]
-    sizes = [_static_size(graph.nodes[e.source].shape) for e in node.inputs]
+    sizes = [_static_size(e.view.shape) for e in node.inputs]  # what is read, not the buffer
     if None in sizes or node.dtype != float32:
         return None
     sources = Counter(e.source for e in node.inputs)
