@@ -9,8 +9,11 @@ luminal runs `lm.training.TrainStep` (one compiled graph: forward, backward and 
 the Python call sets the batch, runs the graph, hands the new weights over and reads the
 loss); PyTorch runs `zero_grad(); loss.backward(); opt.step()` eagerly. Both start from
 the same weights, and the losses of the first steps are compared as a sanity check.
-Forward-only (inference) times are printed for context. Times are the best of
-`--repeats` means over `--steps` steps; ratio = luminal / torch (below 1 is faster).
+Forward-only (inference) times are printed for context. The MLP's step is also timed in
+bfloat16 mixed precision (float32 master weights, bf16 forward and backward: luminal's
+`mixed_precision="bf16"` against `torch.autocast("cpu", torch.bfloat16)`), and luminal's
+bf16 step is set against its float32 step. Times are the best of `--repeats` means over
+`--steps` steps; ratio = luminal / torch (below 1 is faster).
 """
 
 from __future__ import annotations
@@ -86,7 +89,10 @@ def bench_model(
     make_luminal: Callable[[lm.Graph], lm.nn.Module],
     input_shape: tuple[int, ...],
     timer: Timer,
+    precision: str | None = None,
 ) -> list[tuple[str, float, float]]:
+    """Train step (and, in float32, forward) rows: (label, luminal s, torch s); with
+    `precision` ("bf16") both sides train in that mixed precision."""
     rng = np.random.default_rng(0)
     x = rng.standard_normal((BATCH, *input_shape)).astype(np.float32)
     y = rng.integers(0, 10, BATCH).astype(np.int32)
@@ -99,9 +105,12 @@ def bench_model(
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
     tx, ty = torch.from_numpy(x), torch.from_numpy(y.astype(np.int64))
 
+    autocast = torch.autocast("cpu", torch.bfloat16, enabled=precision is not None)
+
     def torch_step() -> float:
         opt.zero_grad(set_to_none=True)
-        loss = tnn.functional.cross_entropy(model(tx), ty)
+        with autocast:
+            loss = tnn.functional.cross_entropy(model(tx).float(), ty)
         loss.backward()
         opt.step()
         return loss.item()
@@ -120,6 +129,7 @@ def bench_model(
         losses.cross_entropy,
         functools.partial(SGD, lr=LR, momentum=MOMENTUM),
         ("batch", *input_shape),
+        mixed_precision=precision,
     )
     compile_seconds = time.perf_counter() - start
     fx = lm.Graph()
@@ -135,11 +145,13 @@ def bench_model(
     loss_error = float(np.max(np.abs(np.subtract(ours, theirs))))
 
     train = timer.times({"luminal": lambda: step(x, y), "torch eager": torch_step})
-    forward = timer.times({"luminal": fx.execute, "torch eager": torch_forward})
-    rows = [
-        (f"{name} {what}", times["luminal"], times["torch eager"])
-        for what, times in (("train step", train), ("forward", forward))
-    ]
+    timed = [("train step", train)]
+    if precision is None:
+        timed.append(
+            ("forward", timer.times({"luminal": fx.execute, "torch eager": torch_forward}))
+        )
+    name = f"{name} {precision}" if precision else name
+    rows = [(f"{name} {what}", times["luminal"], times["torch eager"]) for what, times in timed]
     print(
         f"  {name}: compile {compile_seconds:.2f} s (kernel cache warm or cold), "
         f"|loss - torch loss| over the first {first} steps {loss_error:.1e}"
@@ -147,18 +159,21 @@ def bench_model(
     return rows
 
 
-MODELS = (
-    ("MLP 784-512-512-10", torch_mlp, luminal_mlp, (784,)),
-    ("LeNet-5 1x28x28", torch_lenet, luminal_lenet, (1, 28, 28)),
-)
+MLP = ("MLP 784-512-512-10", torch_mlp, luminal_mlp, (784,))
+MODELS = (MLP, ("LeNet-5 1x28x28", torch_lenet, luminal_lenet, (1, 28, 28)))
+
+
+def all_rows(timer: Timer) -> list[tuple[str, float, float]]:
+    """Both models in float32, then the MLP's train step in bf16."""
+    rows = [row for model in MODELS for row in bench_model(*model, timer)]
+    return rows + bench_model(*MLP, timer, precision="bf16")
 
 
 def collect(timer: Timer, quick: bool, threads: int) -> list[Row]:
     """The dashboard's rows: train step and forward of both models against torch eager."""
     return [
         Row("training", label, ours, "torch eager", theirs)
-        for model in MODELS
-        for label, ours, theirs in bench_model(*model, timer)
+        for label, ours, theirs in all_rows(timer)
     ]
 
 
@@ -179,10 +194,13 @@ def main() -> None:
     )
     print(f"batch {BATCH}, SGD lr {LR} momentum {MOMENTUM}, cross-entropy\n")
     timer = MeanOf(args.steps, args.repeats)
-    rows = [row for model in MODELS for row in bench_model(*model, timer)]
-    print(f"\n{'':<32}{'luminal':>12}{'torch eager':>14}{'ratio':>9}")
+    rows = all_rows(timer)
+    print(f"\n{'':<36}{'luminal':>12}{'torch eager':>14}{'ratio':>9}")
     for label, ours, theirs in rows:
-        print(f"{label:<32}{ours * 1e3:>9.3f} ms{theirs * 1e3:>11.3f} ms{ours / theirs:>8.2f}x")
+        print(f"{label:<36}{ours * 1e3:>9.3f} ms{theirs * 1e3:>11.3f} ms{ours / theirs:>8.2f}x")
+    step = {label: ours for label, ours, _ in rows}
+    full, half = step[f"{MLP[0]} train step"], step[f"{MLP[0]} bf16 train step"]
+    print(f"luminal MLP train step, bf16 / float32: {half / full:.2f}x")
 
 
 if __name__ == "__main__":
