@@ -5,6 +5,7 @@ joining the inputs and reducing the copy gives (numpy)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import luminal as lm
 from luminal import ops
@@ -81,3 +82,20 @@ def test_inputs_are_sized_by_what_the_bucket_reads_not_by_their_buffers() -> Non
     cx.execute()
     expected = np.concatenate([np.full(4, 5.0, np.float32), x[:4] * 2]) * np.float32(1.5)
     np.testing.assert_array_equal(out.numpy(), expected)
+
+
+class ShortBuffer(Halving):
+    """A bucket callable whose buffer is one element short."""
+
+    def buffer(self, size: int) -> np.ndarray:
+        return np.zeros(size - 1, np.float32)
+
+
+def test_a_bucket_buffer_of_the_wrong_size_is_refused_by_name() -> None:
+    cx = lm.Graph()
+    a = cx.tensor((6,), name="a").set(np.ones(6, np.float32))
+    bucket = cx.add_node(ops.Function("short", ShortBuffer()), [a * 2.0], (6,), float32)
+    (bucket * 3.0).retrieve()
+    with pytest.raises(lm.ExecutionError, match=r"'short'.*buffer\(6\) returned float32 \(5,\)"):
+        cx.compile(CPUCompiler())
+        cx.execute()

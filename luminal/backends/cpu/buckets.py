@@ -42,8 +42,23 @@ class BucketLayout:
     copied: tuple[tuple[int, int, int], ...]  # (edge index, offset, size) copied in per run
 
     def bind(self, graph: Graph, pointers: Any, slot: dict[int, int]) -> np.ndarray:
-        """The bucket's array for a run plan, with the plan's pointers set into it."""
-        flat = graph.nodes[self.node].op.fn.buffer(self.size)
+        """The bucket's array for a run plan, with the plan's pointers set into it;
+        ExecutionError when the callable's `buffer` is not `size` contiguous float32
+        (the kernels would write past it)."""
+        node = graph.nodes[self.node]
+        flat = node.op.fn.buffer(self.size)
+        if not (
+            isinstance(flat, np.ndarray)
+            and flat.dtype == np.float32
+            and flat.shape == (self.size,)
+            and flat.flags.c_contiguous
+            and flat.flags.writeable
+        ):
+            got = f"{flat.dtype} {flat.shape}" if isinstance(flat, np.ndarray) else type(flat)
+            raise ExecutionError(
+                f"Function '{node.op.label}' (node {self.node}): buffer({self.size}) returned "
+                f"{got}; expected a writeable contiguous float32 array of shape ({self.size},)"
+            )
         base = flat.ctypes.data
         pointers[slot[self.node]] = base
         for node_id, offset in self.placed.items():
