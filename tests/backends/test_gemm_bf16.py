@@ -183,3 +183,19 @@ def test_bf16_mlp_training_tracks_torch_bf16() -> None:
     theirs = torch_bf16_losses(state, x, y, 20)
     assert ours[-1] < 0.5 * ours[0]
     np.testing.assert_allclose(ours, theirs, atol=5e-3, rtol=0)
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_column_blocks_write_images_apart(library, portable, path):  # noqa: ANN001
+    """C's columns in blocks of `width`, `stride` apart: (channel, image * position) written
+    as (image, channel, position), as a convolution of several images writes NCHW."""
+    rng = np.random.default_rng(2)
+    channels, images, positions, k = 20, 3, 40, 75
+    a, b = operand(rng, channels, k, False), operand(rng, k, images * positions, False)
+    c = np.full((images, channels, positions), 7.0, BF16)
+    function(library, portable, path)(
+        NO_TRANS, NO_TRANS, channels, images * positions, k, a.ctypes.data, k, b.ctypes.data,
+        images * positions, c.ctypes.data, positions, positions, channels * positions,
+    )  # fmt: skip
+    got = c.astype(np.float32).transpose(1, 0, 2).reshape(channels, images * positions)
+    check(got, a, b)
