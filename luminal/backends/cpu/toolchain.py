@@ -50,6 +50,7 @@ import hashlib
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -222,8 +223,16 @@ def object_key(source: str) -> str:
     )
 
 
+@functools.cache
+def _linker() -> tuple[str, ...]:
+    """gold where it is installed: it links a graph's library (the BLAS and luminal's
+    support objects included) in about a third of GNU ld's CPU time (0.07 vs 0.19 s for
+    the MLP's), and the link is the last step of every cold compile."""
+    return ("-fuse-ld=gold",) if shutil.which("ld.gold") else ()
+
+
 def _link_flags(link_blas: bool) -> tuple[str, ...]:
-    return LDFLAGS + (blas_flags().ldflags if link_blas else ()) + LIBS
+    return LDFLAGS + _linker() + (blas_flags().ldflags if link_blas else ()) + LIBS
 
 
 def library_key(object_keys: Sequence[str], link_blas: bool) -> str:
@@ -450,7 +459,7 @@ def _link(objects: list[Path], final: Path, link_blas: bool, name: str) -> Path:
             return final
         temp = directory / temp_name(final)
         inputs = [p.name if p.parent == directory else os.fspath(p.absolute()) for p in objects]
-        command = [CC, *LDFLAGS, *inputs, "-o", temp.name]
+        command = [CC, *LDFLAGS, *_linker(), *inputs, "-o", temp.name]
         command += [*(blas_flags().ldflags if link_blas else ()), *LIBS]
         result, seconds = run(command, directory, f"linking {name} ({final})")
         if result.returncode != 0 or not _is_elf(temp):
