@@ -2,7 +2,8 @@
 AVX512-BF16 kernel where the CPU has it, and the portable float32 loop everywhere) against
 PyTorch's bf16 matmul and numpy float32 on the same bf16 inputs (K tails, tile edges,
 transposed operands, NaN); from compiled graphs; and a bf16 MLP trained on the CPU backend
-against the same MLP trained by PyTorch in bf16."""
+against the same MLP trained by PyTorch in bf16. The float16 product `lm_gemm_f16` (widened
+into lm_sgemm) against torch's and numpy's, directly and from a compiled graph."""
 
 from __future__ import annotations
 
@@ -25,21 +26,28 @@ BF16 = ml_dtypes.bfloat16
 
 @pytest.fixture(scope="module")
 def library():  # noqa: ANN201 - a ctypes library
-    return _declared(
-        toolchain.build_shared([("probe", "int lm_probe(void) { return 0; }\n")], True)
-    )
+    # a kernel naming the products, so the library links their unit
+    probe = "".join(gemm_bf16.PROTOTYPES.values()) + "int lm_probe(void) { return 0; }\n"
+    return _declared(toolchain.build_shared([("probe", probe)], True))
 
 
 @pytest.fixture(scope="module")
 def portable():  # noqa: ANN201 - the unit built as on a CPU without AVX512-BF16
     _, source = gemm_bf16.support_unit()
-    return _declared(toolchain.build_shared([("nobf16", "#undef __AVX512BF16__\n" + source)]))
+    # lm_gemm_f16's callee (gemm.c, not linked here): never reached by these tests
+    stub = (
+        "void lm_sgemm(int ta, int tb, long long m, long long n, long long k, const float* a, "
+        "long long lda, const float* b, long long ldb, float* c, long long ldc, long long w, "
+        "long long s) { abort(); }\n"
+    )
+    source = f"#undef __AVX512BF16__\n{source}\n{stub}"
+    return _declared(toolchain.build_shared([("nobf16", source)]))
 
 
 def _declared(path):  # noqa: ANN001, ANN202
     lib = toolchain.load(path)
     pointer = ctypes.c_void_p
-    for function in (lib.lm_gemm_bf16, lib.lm_gemm_bf16_rows):
+    for function in (lib.lm_gemm_bf16, lib.lm_gemm_bf16_rows, lib.lm_gemm_f16):
         function.argtypes = [ctypes.c_int, ctypes.c_int, I64, I64, I64, pointer, I64, pointer]
         function.argtypes += [I64, pointer, I64, I64, I64]
         function.restype = None
@@ -53,7 +61,7 @@ def operand(rng: np.random.Generator, rows: int, cols: int, trans: bool) -> np.n
 
 
 def product(function, a, b, m, n, k, ta, tb, pad=0):  # noqa: ANN001, ANN201
-    c = np.full((m, n + pad), 7.0, BF16)
+    c = np.full((m, n + pad), 7.0, a.dtype)
     lda, ldb = a.shape[1], b.shape[1]
     function(
         TRANS if ta else NO_TRANS, TRANS if tb else NO_TRANS, m, n, k, a.ctypes.data, lda,
@@ -199,3 +207,34 @@ def test_column_blocks_write_images_apart(library, portable, path):  # noqa: ANN
     )  # fmt: skip
     got = c.astype(np.float32).transpose(1, 0, 2).reshape(channels, images * positions)
     check(got, a, b)
+
+
+@pytest.mark.parametrize(("m", "n", "k"), SHAPES)
+@pytest.mark.parametrize(("ta", "tb"), [(False, False), (True, False), (False, True)])
+def test_float16_product_equals_torch_and_numpy(library, m, n, k, ta, tb):  # noqa: ANN001
+    rng = np.random.default_rng(m * 7919 + n * 31 + k)
+    a = rng.standard_normal((k, m) if ta else (m, k)).astype(np.float16)
+    b = rng.standard_normal((n, k) if tb else (k, n)).astype(np.float16)
+    a[0, 0] = np.nan if m * n * k > 1 else a[0, 0]
+    c = product(library.lm_gemm_f16, a, b, m, n, k, ta, tb, pad=3)
+    a32, b32 = (a.T if ta else a).astype(np.float32), (b.T if tb else b).astype(np.float32)
+    exact = (a32.astype(np.float64) @ b32.astype(np.float64)).astype(np.float32)
+    theirs = (torch.from_numpy(a32).half() @ torch.from_numpy(b32).half()).float().numpy()
+    np.testing.assert_allclose(c, exact, rtol=2.0**-10, atol=1e-3 * np.sqrt(k))
+    np.testing.assert_allclose(c, theirs, rtol=2.0**-9, atol=1e-3 * np.sqrt(k))
+    assert np.isnan(c).any() == np.isnan(exact).any()
+
+
+def test_compiled_float16_matmul_calls_lm_gemm_f16(rng):  # noqa: ANN001
+    x = rng.standard_normal((64, 300)).astype(np.float16)
+    w = rng.standard_normal((200, 300)).astype(np.float16)
+    cx = lm.Graph()
+    tx = cx.tensor((64, 300), lm.float16).set(x)
+    out = (tx @ cx.tensor((200, 300), lm.float16).set(w).T).retrieve()
+    compiled = cx.compile(lm.CPUCompiler())
+    cx.execute()
+    sources = "\n".join(k.source for s in compiled.segments for k in s.kernels)
+    assert "lm_gemm_f16(111, 112, 64, 200, 300" in sources
+    theirs = (torch.from_numpy(x) @ torch.from_numpy(w).T).float().numpy()
+    assert out.numpy().dtype == np.float16
+    np.testing.assert_allclose(out.numpy().astype(np.float32), theirs, rtol=2.0**-9, atol=2e-2)

@@ -83,10 +83,10 @@ def sgemm_kernel(
 ) -> ir.Kernel | None:
     """The IR of a contraction as sgemm calls, or None when BLAS cannot compute it (not
     float32, no M or N axis, output axes that do not form a row-major matrix)."""
-    if node.dtype == DType.bfloat16:  # lm_gemm_bf16 (gemm_bf16.py imports this module)
-        from luminal.backends.cpu.gemm_bf16 import bf16_kernel
+    if node.dtype in (DType.bfloat16, DType.float16):  # gemm_bf16.py imports this module
+        from luminal.backends.cpu.gemm_bf16 import half_kernel
 
-        return bf16_kernel(graph, node, materialised, dims)
+        return half_kernel(graph, node, materialised, dims)
     if node.dtype != F32:
         return None
     a_edge, b_edge = node.inputs

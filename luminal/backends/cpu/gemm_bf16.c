@@ -1,4 +1,4 @@
-/* luminal's bfloat16 matrix product, linked into every compiled graph's library.
+/* luminal's half-precision matrix products, linked into every compiled graph's library.
 
    lm_gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, width, stride): C (m x n, bfloat16)
    = op(A) op(B) (bfloat16 operands, op as in CBLAS: ta/tb 111 or 112), summed in float32
@@ -11,7 +11,11 @@
    vdpbf16ps (two products per float32 lane per instruction, twice an FMA's rate);
    elsewhere the operands are widened to float32 and multiplied by plain loops the
    compiler vectorises. The choice is made when the unit is compiled, on the machine that
-   runs it, so one wheel serves both. */
+   runs it, so one wheel serves both.
+
+   lm_gemm_f16: the same for float16 operands and output. No CPU here multiplies float16
+   faster than float32, so both operands are widened (exactly) into float32 and handed
+   to lm_sgemm (gemm.c); C is rounded to float16 once, at the store. */
 #include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -251,3 +255,57 @@ void lm_gemm_bf16(int ta, int tb, long long m, long long n, long long k, const l
     lm_gemm_bf16_rows(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, width <= 0 ? n : width, stride);
 }
 #endif
+
+/* float16 ----------------------------------------------------------------------------- */
+void lm_sgemm(int, int, long long, long long, long long, const float*, long long, const float*,
+              long long, float*, long long, long long, long long);
+
+/* rows x cols of `x` (rows `ld` apart), widened into dense float32 `out` */
+static void lm_f16_widen(const _Float16* x, long long ld, long long rows, long long cols,
+                         float* out)
+{
+#pragma omp parallel for schedule(static) if (rows * cols > (1LL << 16))
+    for (long long r = 0; r < rows; r++)
+        for (long long q = 0; q < cols; q++) out[r * cols + q] = (float)x[r * ld + q];
+}
+
+void lm_gemm_f16(int ta, int tb, long long m, long long n, long long k, const _Float16* a,
+                 long long lda, const _Float16* b, long long ldb, _Float16* c, long long ldc,
+                 long long width, long long stride)
+{
+    if (m <= 0 || n <= 0) return;
+    if (width <= 0) width = n;
+    if (k <= 0) {
+        for (long long i = 0; i < m; i++)
+            for (long long j = 0; j < n; j++) c[i * ldc + j / width * stride + j % width] = 0;
+        return;
+    }
+    const long long a_rows = ta == LM_BF_NO_TRANS ? m : k, a_cols = ta == LM_BF_NO_TRANS ? k : m;
+    const long long b_rows = tb == LM_BF_NO_TRANS ? k : n, b_cols = tb == LM_BF_NO_TRANS ? n : k;
+    const long long a_size = (m * k + 15) / 16 * 16, b_size = (k * n + 15) / 16 * 16;
+    float* wa = lm_bf_workspace((long long)sizeof(float) * (a_size + b_size + m * n + 1));
+    if (wa == NULL) { /* no memory for the widened copies: one float32 sum per element */
+        for (long long i = 0; i < m; i++)
+            for (long long j = 0; j < n; j++) {
+                float acc = 0.0f;
+                for (long long p = 0; p < k; p++)
+                    acc += (float)(ta == LM_BF_NO_TRANS ? a[i * lda + p] : a[p * lda + i]) *
+                           (float)(tb == LM_BF_NO_TRANS ? b[p * ldb + j] : b[j * ldb + p]);
+                c[i * ldc + j / width * stride + j % width] = (_Float16)acc;
+            }
+        return;
+    }
+    float* wb = wa + a_size;
+    float* wc = wb + b_size;
+    lm_f16_widen(a, lda, a_rows, a_cols, wa);
+    lm_f16_widen(b, ldb, b_rows, b_cols, wb);
+    lm_sgemm(ta, tb, m, n, k, wa, a_cols, wb, b_cols, wc, n, n, 0);
+#pragma omp parallel for schedule(static) if (m * n > (1LL << 16))
+    for (long long i = 0; i < m; i++) {
+        if (width == n)
+            for (long long j = 0; j < n; j++) c[i * ldc + j] = (_Float16)wc[i * n + j];
+        else
+            for (long long j = 0; j < n; j++)
+                c[i * ldc + j / width * stride + j % width] = (_Float16)wc[i * n + j];
+    }
+}

@@ -1,11 +1,12 @@
-"""bfloat16 contractions as calls to `lm_gemm_bf16` (`gemm_bf16.c`, linked into every
-graph's library beside `gemm.c`): products summed in float32 and rounded to bfloat16 once
-per output element, with AVX512-BF16's vdpbf16ps where the CPU has it.
+"""Half-precision contractions as calls to `lm_gemm_bf16` / `lm_gemm_f16` (`gemm_bf16.c`,
+linked into every graph's library beside `gemm.c`): products summed in float32 and rounded
+to the output's dtype once per element; bfloat16 with AVX512-BF16's vdpbf16ps where the
+CPU has it, float16 widened into `lm_sgemm`.
 
-The kernel is the sgemm kernel's (`blas.sgemm_kernel`) for bfloat16: axes classified the
-same way, operands read in place when their buffer is a bfloat16 matrix, else packed into
-bfloat16 scratch (exact for a materialised operand; an inlined producer is rounded to
-bfloat16 as its store would). No gather or few-rows path: those are float32 only.
+The kernel is the sgemm kernel's (`blas.sgemm_kernel`) for a half dtype: axes classified
+the same way, operands read in place when their buffer is a matrix of that dtype, else
+packed into scratch of that dtype (exact for a materialised operand; an inlined producer
+is rounded as its store would). No gather or few-rows path: those are float32 only.
 """
 
 from __future__ import annotations
@@ -34,13 +35,15 @@ from luminal.schedule.contraction import classify, merged_axes
 from luminal.shape.expr import ZERO, Expr, sym
 from luminal.shape.tracker import contiguous_strides
 
-BF16 = DType.bfloat16
+BF16, F16 = DType.bfloat16, DType.float16
 NAME = "lm_gemm_bf16"
-PROTOTYPE = (
-    "void lm_gemm_bf16(int, int, long long, long long, long long, const unsigned short*, "
-    "long long, const unsigned short*, long long, unsigned short*, long long, long long, "
-    "long long);\n"
-)
+NAMES = {BF16: NAME, F16: "lm_gemm_f16"}
+_TYPES = {BF16: "unsigned short", F16: "_Float16"}  # the C renderer's storage types
+PROTOTYPES = {
+    dtype: f"void {NAMES[dtype]}(int, int, long long, long long, long long, const {t}*, "
+    f"long long, const {t}*, long long, {t}*, long long, long long, long long);\n"
+    for dtype, t in _TYPES.items()
+}
 
 
 @cache
@@ -49,17 +52,19 @@ def _source() -> str:
 
 
 def support_unit() -> tuple[str, str]:
-    """The (name, C source) unit defining `lm_gemm_bf16`."""
+    """The (name, C source) unit defining `lm_gemm_bf16` and `lm_gemm_f16`."""
     return "lm_gemm_bf16", _source()
 
 
-def bf16_kernel(
+def half_kernel(
     graph: Graph, node: Node, materialised: set[int], dims: Sequence[str]
 ) -> ir.Kernel | None:
-    """The IR of a bfloat16 contraction as `lm_gemm_bf16` calls, or None (an operand not
-    bfloat16, no M or N axis, output axes that do not form a row-major matrix)."""
+    """The IR of a bfloat16 or float16 contraction as `lm_gemm_bf16` / `lm_gemm_f16`
+    calls, or None (an operand of another dtype, no M or N axis, output axes that do not
+    form a row-major matrix)."""
+    dtype = node.dtype
     a_edge, b_edge = node.inputs
-    if any(graph.nodes[e.source].dtype != BF16 for e in node.inputs):
+    if dtype not in NAMES or any(graph.nodes[e.source].dtype != dtype for e in node.inputs):
         return None
     shape = tuple(a_edge.view.shape)
     summed = node.op.summed
@@ -89,11 +94,11 @@ def bf16_kernel(
     scratch: list[Expr] = []
     sides = (("pa", a_edge, axes.m, axes.k, (m, k)), ("pb", b_edge, axes.k, axes.n, (k, n)))
     for name, edge, rows, cols, size in sides:
-        operand = _in_place(graph, w, edge, axes.batch, index, rows, cols, materialised, BF16)
+        operand = _in_place(graph, w, edge, axes.batch, index, rows, cols, materialised, dtype)
         if operand is None:
-            fill, matrix, transposed, elements = _pack(w, edge, axes.batch, rows, cols, name, BF16)
+            fill, matrix, transposed, elements = _pack(w, edge, axes.batch, rows, cols, name, dtype)
             released = tuple(f.name for f in frees)  # type: ignore[attr-defined]
-            prologue += [ir.Alloc(name, BF16, elements, released), *fill]
+            prologue += [ir.Alloc(name, dtype, elements, released), *fill]
             frees.append(ir.Free(name))
             scratch.append(elements * 2)
             ld = size[0] if transposed else size[1]
@@ -104,7 +109,7 @@ def bf16_kernel(
     first, second, rows_c, cols_c = (b, a, n, m) if swap else (a, b, m, n)
     t1, t2 = (FLIP[b.trans], FLIP[a.trans]) if swap else (a.trans, b.trans)
     call = ir.LibraryCall(
-        NAME,
+        NAMES[dtype],
         (
             sym(t1), sym(t2), rows_c, cols_c, k,
             ir.Pointer(first.param, first.offset), first.ld,
@@ -116,12 +121,12 @@ def bf16_kernel(
     for i, d in reversed(list(zip(index, axes.batch, strict=True))):
         body = (ir.Loop(_name(i), shape[d], "serial", body),)
     return ir.Kernel(
-        "gemm_bf16",
+        "gemm_half",
         w.kernel_params(),
         tuple(dims),
         (*prologue, *body, *frees),
         tuple(sorted({*w.nodes, node.id})),
         scratch=tuple(scratch),
-        prelude=PROTOTYPE,
+        prelude=PROTOTYPES[dtype],
         reports_faults=bool(scratch),
     )
