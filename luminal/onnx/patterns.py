@@ -60,9 +60,15 @@ def rewrite(graph: onnx.GraphProto, opset: int) -> list[onnx.NodeProto]:
 
 
 def _uses(nodes: list[onnx.NodeProto], graph: onnx.GraphProto) -> Counter:
-    """How many nodes (and graph outputs) read each value."""
+    """How many nodes (and graph outputs) read each value, counting the nodes of nested
+    graphs (If/Loop/Scan bodies read outer values by name): over-counting only keeps a
+    pattern as it is."""
     uses = Counter(name for node in nodes for name in node.input if name)
     uses.update(o.name for o in graph.output)
+    for node in nodes:
+        for attribute in node.attribute:
+            for body in (*([attribute.g] if attribute.HasField("g") else []), *attribute.graphs):
+                uses.update(_uses(list(body.node), body))
     return uses
 
 
@@ -82,22 +88,23 @@ def _scales_after_products(
         if node.op_type != "MatMul" or node.domain not in ("", "ai.onnx"):
             out.append(node)
             continue
-        operands, scale = [], 1.0
+        operands, scale, rank = [], 1.0, 0
         for name in node.input:
             mul = producer.get(name)
             factor = _scaled(mul, scalars, uses)
             if factor is None:
                 operands.append(name)
                 continue
-            source, value = factor
+            source, (value, scalar_rank) = factor
             operands.append(source)
             scale *= value
+            rank = max(rank, scalar_rank)  # a (1, 1, 1) factor broadcast q to rank 3
             dropped.add(id(mul))
         if operands == list(node.input):
             out.append(node)
             continue
         product, constant = f"{node.output[0]}__unscaled", f"{node.output[0]}__scale"
-        value = numpy_helper.from_array(np.array(scale, np.float32), constant)
+        value = numpy_helper.from_array(np.full((1,) * rank, scale, np.float32), constant)
         out += [
             helper.make_node("MatMul", operands, [product], name=node.name),
             helper.make_node("Constant", [], [constant], value=value),
@@ -106,7 +113,9 @@ def _scales_after_products(
     return [n for n in out if id(n) not in dropped]
 
 
-def _scaled(mul, scalars: dict[str, float], uses: Counter) -> tuple[str, float] | None:
+def _scaled(
+    mul, scalars: dict[str, tuple[float, int]], uses: Counter
+) -> tuple[str, tuple[float, int]] | None:
     """(x, a) when `mul` is Mul(x, a) or Mul(a, x) with a float scalar constant, read
     by one node only."""
     if mul is None or mul.op_type != "Mul" or uses[mul.output[0]] != 1:
@@ -138,16 +147,20 @@ def _guarded_softmax(where, producer, uses, zeros, opset) -> tuple[str, onnx.Nod
 
 
 def _zero_scalars(graph: onnx.GraphProto, nodes: list[onnx.NodeProto]) -> set[str]:
-    """Names of values that are one float +0 (a -0 would give rows of -0)."""
+    """Names of values that are one float +0 (a -0 would give rows of -0) of rank 0 or 1
+    (a higher rank would raise the Where's rank above P's)."""
     return {
         name
-        for name, value in _float_scalars(graph, nodes).items()
-        if value == 0 and not np.signbit(value)
+        for name, (value, rank) in _float_scalars(graph, nodes).items()
+        if value == 0 and not np.signbit(value) and rank <= 1
     }
 
 
-def _float_scalars(graph: onnx.GraphProto, nodes: list[onnx.NodeProto]) -> dict[str, float]:
-    """Values that are one float32 number (a Constant node or an initializer)."""
+def _float_scalars(
+    graph: onnx.GraphProto, nodes: list[onnx.NodeProto]
+) -> dict[str, tuple[float, int]]:
+    """Values that are one float32 number (a Constant node or an initializer): the
+    number and the tensor's rank."""
     found = {}
     tensors = [(init.name, init) for init in graph.initializer]
     for node in nodes:
@@ -156,5 +169,5 @@ def _float_scalars(graph: onnx.GraphProto, nodes: list[onnx.NodeProto]) -> dict[
             tensors.append((node.output[0], attributes[0].t))
     for name, tensor in tensors:
         if tensor.data_type == onnx.TensorProto.FLOAT and np.prod(tensor.dims, dtype=int) == 1:
-            found[name] = float(numpy_helper.to_array(tensor).reshape(-1)[0])
+            found[name] = (float(numpy_helper.to_array(tensor).reshape(-1)[0]), len(tensor.dims))
     return found

@@ -96,3 +96,86 @@ def test_rewritten_attention_equals_onnxruntime(compiled: bool) -> None:
     np.testing.assert_array_equal(np.isnan(ours), np.isnan(expected))
     if compiled:  # P is read by the product alone, so the attention fuses
         assert any(isinstance(n.op, ops.FusedAttention) for n in rep.graph.nodes.values())
+
+
+def _onnxruntime(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
+
+
+def test_a_masked_row_times_an_infinite_value_is_nan_as_in_onnxruntime() -> None:
+    """A row of zeros times V is NaN in a column of V holding inf (0 * inf): the replaced
+    row is that product, not a row of zeros."""
+    model, feeds = _attention(), _feeds()
+    feeds["mask"][1, 0, 0] = False  # batch 1, query 0 sees no key
+    feeds["v"][1, 0, 2, 1] = np.inf
+    (expected,) = _onnxruntime(model, feeds)
+    assert np.isnan(expected[1, 0, 0, 1])
+    (ours,) = LuminalBackend.prepare(model).run(feeds)
+    np.testing.assert_array_equal(np.isnan(ours), np.isnan(expected))
+    np.testing.assert_allclose(ours, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_a_rank_three_scale_keeps_its_broadcast_rank() -> None:
+    """MatMul(Mul(q, a), k) with a of shape (1, 1, 1): ONNX broadcasts to rank 3."""
+    floats = TensorProto.FLOAT
+    infos = [
+        helper.make_tensor_value_info("q", floats, (3, 4)),
+        helper.make_tensor_value_info("k", floats, (4, 5)),
+    ]
+    scale = numpy_helper.from_array(np.full((1, 1, 1), 0.5, np.float32), "a")
+    nodes = [
+        helper.make_node("Constant", [], ["a"], value=scale),
+        helper.make_node("Mul", ["q", "a"], ["qs"]),
+        helper.make_node("MatMul", ["qs", "k"], ["out"]),
+    ]
+    out = helper.make_tensor_value_info("out", floats, None)
+    model = helper.make_model(
+        helper.make_graph(nodes, "g", infos, [out]), opset_imports=[helper.make_opsetid("", 17)]
+    )
+    model.ir_version = 8
+    rng = np.random.default_rng(0)
+    feeds = {
+        n: rng.standard_normal(s).astype(np.float32) for n, s in (("q", (3, 4)), ("k", (4, 5)))
+    }
+    (expected,) = _onnxruntime(model, feeds)
+    (ours,) = LuminalBackend.prepare(model).run(feeds)
+    assert ours.shape == expected.shape == (1, 3, 5)
+    np.testing.assert_allclose(ours, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_a_scale_read_inside_an_if_branch_is_not_dropped() -> None:
+    """An If branch reading the scaled value by name counts as a reader: the Mul stays."""
+    floats = TensorProto.FLOAT
+    infos = [
+        helper.make_tensor_value_info("q", floats, (3, 4)),
+        helper.make_tensor_value_info("k", floats, (4, 5)),
+        helper.make_tensor_value_info("c", TensorProto.BOOL, ()),
+    ]
+
+    def branch(name: str) -> onnx.GraphProto:
+        body_out = [helper.make_tensor_value_info(name, floats, (3, 4))]
+        return helper.make_graph([helper.make_node("Identity", ["qs"], [name])], name, [], body_out)
+
+    nodes = [
+        helper.make_node(
+            "Constant", [], ["a"], value=numpy_helper.from_array(np.array(0.5, np.float32), "a")
+        ),
+        helper.make_node("Mul", ["q", "a"], ["qs"]),
+        helper.make_node("MatMul", ["qs", "k"], ["out"]),
+        helper.make_node("If", ["c"], ["side"], then_branch=branch("t"), else_branch=branch("e")),
+    ]
+    outs = [helper.make_tensor_value_info(n, floats, None) for n in ("out", "side")]
+    model = helper.make_model(
+        helper.make_graph(nodes, "g", infos, outs), opset_imports=[helper.make_opsetid("", 17)]
+    )
+    model.ir_version = 8
+    rng = np.random.default_rng(0)
+    feeds = {
+        n: rng.standard_normal(s).astype(np.float32) for n, s in (("q", (3, 4)), ("k", (4, 5)))
+    }
+    feeds["c"] = np.array(True)
+    expected = _onnxruntime(model, feeds)
+    ours = LuminalBackend.prepare(model).run(feeds)
+    for got, want in zip(ours, expected, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

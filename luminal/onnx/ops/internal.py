@@ -19,28 +19,38 @@ def _nan_rows_zero_matmul(ctx: NodeContext) -> GraphTensor:
     """Where(IsNaN(P), 0, P) @ V for softmax weights P, whose rows are NaN everywhere or
     nowhere. V gets a column of ones: that column of the product is each row's sum of
     weights, NaN exactly on the NaN rows (a finite row sums to about 1), so the rows to
-    zero are read from the product, and P is read by the product alone (which lets the
-    CPU compiler fuse the attention)."""
+    replace are read from the product, and P is read by the product alone (which lets the
+    CPU compiler fuse the attention). A replaced row is what a row of zeros times V
+    gives: 0, or NaN in a column of V holding a NaN or an infinity (0 * inf)."""
     weights, values = ctx.tensor(0), ctx.tensor(1)
     width = values.view.shape[-1]
     ones = full(ctx.graph, 1, (*values.view.shape[:-1], 1), values.dtype)
     product = matmul(weights, concat([values, ones], -1).contiguous()).cast(weights.dtype)
     edge = [None] * (product.ndim - 1)
     sums = product.slice([*edge, (width, width + 1)])
-    return _zero_rows(product.slice([*edge, (0, width)]), 1 - not_nan(sums))
+    rows = product.slice([*edge, (0, width)])
+    lead = tuple(rows.view.shape[:-2])
+    zero_rows = (values * 0.0).sum(-2).cast(weights.dtype)  # (V's leading dims, width)
+    zero_rows = zero_rows.reshape(
+        (1,) * (len(lead) - zero_rows.ndim + 1) + tuple(zero_rows.view.shape)
+    )
+    return _replace_rows(rows, 1 - not_nan(sums), zero_rows.expand((*lead, width)))
 
 
-def _zero_rows(x: GraphTensor, flags: GraphTensor) -> GraphTensor:
-    """x with its last-axis rows set to 0 where `flags` (..., 1) is 1, exactly: one row
-    gather from x's rows followed by a row of zeros (a select per element would gather,
-    and decompose an index, per element)."""
-    lead, width = tuple(x.view.shape[:-1]), x.view.shape[-1]
-    rows = reduce(lambda a, b: a * b, lead, 1)
-    table = concat([x.reshape((-1, width)), full(x.graph, 0, (1, width), x.dtype)], 0)
-    own = x.graph.iota(var("z"), lead)
-    flag = flags.reshape(lead).cast(int32)
-    index = own + flag * (x.graph.constant(rows, int32).expand(lead) - own)
-    return table.gather(index).reshape(tuple(x.view.shape))
+def _replace_rows(x: GraphTensor, flags: GraphTensor, replacement: GraphTensor) -> GraphTensor:
+    """x (..., q, width) with its last-axis rows replaced where `flags` (..., q, 1) is 1
+    by the row of `replacement` (..., width) for their leading index, exactly: one row
+    gather from x's rows followed by the replacement rows (a select per element would
+    gather, and decompose an index, per element)."""
+    shape = tuple(x.view.shape)
+    lead, queries, width = shape[:-2], shape[-2], shape[-1]
+    rows = reduce(lambda a, b: a * b, (*lead, queries), 1)
+    table = concat([x.reshape((-1, width)), replacement.reshape((-1, width))], 0)
+    z = var("z")
+    own = x.graph.iota(z, (*lead, queries))
+    other = x.graph.iota(rows + z // queries, (*lead, queries))
+    flag = flags.reshape((*lead, queries)).cast(int32)
+    return table.gather(own + flag * (other - own)).reshape(shape)
 
 
 RULES = {"NanRowsZeroMatMul": _nan_rows_zero_matmul}
