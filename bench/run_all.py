@@ -42,7 +42,7 @@ BENCHES = {
     "onnx": "ONNX import (MiniLM, ResNet-18) against onnxruntime",
     "attention": "causal attention prefill, fused and unfused, against torch SDPA",
     "search": "mode='optimal' against the static lowering, numpy's BLAS and PyTorch eager",
-    "quantized": "GGUF decode tokens (no runnable peer: llama.cpp recorded as absent)",
+    "quantized": "GGUF decode and prefill against llama.cpp when llama-cpp-python is installed",
     "distributed": "2 MPI ranks against 1 (1 thread each)",
     "compile_times": "compile times, cold and cached, in fresh processes",
     "compile_time": "Generic + EGraph compile of a 32-layer Llama-shaped graph",

@@ -92,7 +92,7 @@ def peers() -> dict[str, str]:
     found["torch.compile"] = "absent: no bench in bench/ runs torch.compile"
     llama_cpp = importlib.util.find_spec("llama_cpp") or shutil.which("llama-bench")
     found["llama.cpp"] = (
-        "installed, but not run: bench/quantized.py has no llama.cpp runner"
+        "installed: bench/quantized.py runs the same GGUF file through it"
         if llama_cpp
         else "absent: not installed (no llama_cpp module, no llama-bench); not measured"
     )
