@@ -260,13 +260,40 @@ void lm_gemm_bf16(int ta, int tb, long long m, long long n, long long k, const l
 void lm_sgemm(int, int, long long, long long, long long, const float*, long long, const float*,
               long long, float*, long long, long long, long long);
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#define LM_F16_VECTOR 16 /* halves converted per instruction (gcc converts one at a time) */
+#endif
+
+/* n halves widened to float32 */
+static inline void lm_f16_to_float(const _Float16* x, float* out, long long n)
+{
+    long long q = 0;
+#if defined(LM_F16_VECTOR)
+    for (; q + LM_F16_VECTOR <= n; q += LM_F16_VECTOR)
+        _mm512_storeu_ps(out + q, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(x + q))));
+#endif
+    for (; q < n; q++) out[q] = (float)x[q];
+}
+
+/* n floats rounded to float16 (to nearest even, as the (_Float16) cast) */
+static inline void lm_float_to_f16(const float* x, _Float16* out, long long n)
+{
+    long long q = 0;
+#if defined(LM_F16_VECTOR)
+    for (; q + LM_F16_VECTOR <= n; q += LM_F16_VECTOR)
+        _mm256_storeu_si256((__m256i*)(out + q),
+                            _mm512_cvtps_ph(_mm512_loadu_ps(x + q), _MM_FROUND_TO_NEAREST_INT));
+#endif
+    for (; q < n; q++) out[q] = (_Float16)x[q];
+}
+
 /* rows x cols of `x` (rows `ld` apart), widened into dense float32 `out` */
 static void lm_f16_widen(const _Float16* x, long long ld, long long rows, long long cols,
                          float* out)
 {
 #pragma omp parallel for schedule(static) if (rows * cols > (1LL << 16))
-    for (long long r = 0; r < rows; r++)
-        for (long long q = 0; q < cols; q++) out[r * cols + q] = (float)x[r * ld + q];
+    for (long long r = 0; r < rows; r++) lm_f16_to_float(x + r * ld, out + r * cols, cols);
 }
 
 void lm_gemm_f16(int ta, int tb, long long m, long long n, long long k, const _Float16* a,
@@ -303,7 +330,7 @@ void lm_gemm_f16(int ta, int tb, long long m, long long n, long long k, const _F
 #pragma omp parallel for schedule(static) if (m * n > (1LL << 16))
     for (long long i = 0; i < m; i++) {
         if (width == n)
-            for (long long j = 0; j < n; j++) c[i * ldc + j] = (_Float16)wc[i * n + j];
+            lm_float_to_f16(wc + i * n, c + i * ldc, n);
         else
             for (long long j = 0; j < n; j++)
                 c[i * ldc + j / width * stride + j % width] = (_Float16)wc[i * n + j];
