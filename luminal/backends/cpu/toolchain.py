@@ -399,10 +399,10 @@ def link_shared(objects: Sequence[Path], link_blas: bool = False, name: str = "l
 def build_shared(sources: Sequence[tuple[str, str]], link_blas: bool = False) -> Path:
     """Compile `(name, source)` units (in parallel, cached) and link them into one shared
     object; with everything cached this costs hashing and one `stat`. A library linking
-    the BLAS also gets luminal's `lm_sgemm` (`gemm.c`) and `lm_sgemm_rows` (`gemv.c`),
-    which the sgemm kernels call."""
+    the BLAS also gets luminal's `lm_sgemm` (`gemm.c`), which the sgemm kernels call, and
+    the other support units its kernels call (`_support_sources`)."""
     if link_blas:
-        sources = [*sources, *_support_sources()]
+        sources = [*sources, *_support_sources(sources)]
     units = _units(sources)
     if not units:
         raise CompileError("build_shared needs at least one (name, source) unit")
@@ -416,13 +416,20 @@ def build_shared(sources: Sequence[tuple[str, str]], link_blas: bool = False) ->
     return _link(objects, final, link_blas, ", ".join(u.name for u in units[:4]))
 
 
-def _support_sources() -> list[tuple[str, str]]:
-    """luminal's own units every library linking the BLAS gets: `lm_sgemm` (`gemm.c`),
-    `lm_sgemm_rows` (`gemv.c`) and `lm_gemm_bf16` (`gemm_bf16.c`)."""
+def _support_sources(kernels: Sequence[tuple[str, str]] | None = None) -> list[tuple[str, str]]:
+    """luminal's own units: `lm_sgemm` (`gemm.c`) and `lm_sgemm_rows` (`gemv.c`) for
+    every library linking the BLAS; the half-precision products (`gemm_bf16.c`, ~0.5 s of
+    gcc on a cold cache, which every float32 graph paid while it was always linked) only
+    where one of `kernels` names them. None: the units every such library gets (what a
+    compile may start building before its kernels exist)."""
     from luminal.backends.cpu import gemm_bf16, gemv
     from luminal.backends.cpu.gemm import support_unit
 
-    return [support_unit(blas_flags().sgemm), gemv.support_unit(), gemm_bf16.support_unit()]
+    units = [support_unit(blas_flags().sgemm), gemv.support_unit()]
+    half = ("lm_gemm_bf16", "lm_gemm_f16")  # gemm_bf16.c's entry points
+    if kernels is not None and any(name in source for _, source in kernels for name in half):
+        units.append(gemm_bf16.support_unit())
+    return units
 
 
 def start_support_units() -> None:
