@@ -85,6 +85,7 @@ def check(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
 
 
 SHAPES = [(1, 1, 1), (13, 50, 3), (64, 512, 784), (37, 70, 129), (8, 48, 64), (100, 10, 512)]
+SHAPES += [(1, 300, 1000), (3, 70, 129), (6, 33, 31)]  # few rows: B streamed when transposed
 
 
 PATHS = ["lm_gemm_bf16", "lm_gemm_bf16_rows", "portable"]
@@ -114,6 +115,18 @@ def test_nan_reaches_only_its_row_and_column(library, portable, path):  # noqa: 
     nan = np.isnan(c)
     assert nan[5].all() and nan[:, 9].all()
     assert nan.sum() == 60 + 40 - 1
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_nan_in_few_rows_product(library, portable, path):  # noqa: ANN001
+    """x @ W.T with 6 rows (decode): a NaN in x's K tail and one in a row of W."""
+    rng = np.random.default_rng(3)
+    a, b = operand(rng, 6, 65, False), operand(rng, 65, 21, True)
+    a[5, 64] = np.nan
+    b[3, 10] = np.nan  # W[3, 10]: output column 3
+    c = product(function(library, portable, path), a, b, 6, 21, 65, False, True)
+    nan = np.isnan(c)
+    assert nan[5].all() and nan[:, 3].all() and nan.sum() == 21 + 6 - 1
 
 
 def test_compiled_bf16_matmuls_call_lm_gemm_bf16(rng):  # noqa: ANN001

@@ -206,12 +206,57 @@ static void lm_bf_tile(long long pairs, const uint32_t* restrict ap, const uint3
             *lm_bf_out(c, ldc, width, stride, i + r, j + jj) = lm_bf_round(tile[r][jj]);
 }
 
+#define LM_BF_FEW_ROWS 8 /* up to this many rows of A, B is streamed (decode), not packed */
+#define LM_BF_DOT_ROWS 4 /* rows of A and */
+#define LM_BF_DOT_COLS 4 /* rows of B per block: 16 independent accumulators */
+
+/* C = A B^T for at most LM_BF_FEW_ROWS rows of A, A's rows and B's rows along memory (a
+   linear layer's x @ W.T at decode): dot products, 32 pairs per vdpbf16ps, W read where
+   it lies (packing it would triple the memory traffic), 4 of its rows at a time, each
+   against up to 4 rows of A (a second group of A's rows finds them in cache) */
+static void lm_bf_dots(long long m, long long n, long long k, const lm_bf16* a, long long lda,
+                       const lm_bf16* b, long long ldb, lm_bf16* c, long long ldc,
+                       long long width, long long stride)
+{
+    const long long blocks = (n + LM_BF_DOT_COLS - 1) / LM_BF_DOT_COLS;
+#pragma omp parallel for schedule(static) if (n * k > (1LL << 16))
+    for (long long block = 0; block < blocks; block++) {
+        const long long j0 = block * LM_BF_DOT_COLS;
+        const int cols = n - j0 < LM_BF_DOT_COLS ? (int)(n - j0) : LM_BF_DOT_COLS;
+        for (long long i0 = 0; i0 < m; i0 += LM_BF_DOT_ROWS) {
+            const int rows = m - i0 < LM_BF_DOT_ROWS ? (int)(m - i0) : LM_BF_DOT_ROWS;
+            __m512 acc[LM_BF_DOT_ROWS][LM_BF_DOT_COLS];
+            for (int i = 0; i < LM_BF_DOT_ROWS; i++)
+                for (int j = 0; j < LM_BF_DOT_COLS; j++) acc[i][j] = _mm512_setzero_ps();
+            for (long long p = 0; p < k; p += 32) {
+                const __mmask32 lanes = k - p >= 32 ? ~(__mmask32)0 : ((__mmask32)1 << (k - p)) - 1;
+                __m512bh wv[LM_BF_DOT_COLS];
+                for (int j = 0; j < cols; j++)
+                    wv[j] = (__m512bh)_mm512_maskz_loadu_epi16(lanes, b + (j0 + j) * ldb + p);
+                for (int i = 0; i < rows; i++) {
+                    const __m512bh xv =
+                        (__m512bh)_mm512_maskz_loadu_epi16(lanes, a + (i0 + i) * lda + p);
+                    for (int j = 0; j < cols; j++) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], xv, wv[j]);
+                }
+            }
+            for (int i = 0; i < rows; i++)
+                for (int j = 0; j < cols; j++)
+                    *lm_bf_out(c, ldc, width, stride, i0 + i, j0 + j) =
+                        lm_bf_round(_mm512_reduce_add_ps(acc[i][j]));
+        }
+    }
+}
+
 void lm_gemm_bf16(int ta, int tb, long long m, long long n, long long k, const lm_bf16* a,
                   long long lda, const lm_bf16* b, long long ldb, lm_bf16* c, long long ldc,
                   long long width, long long stride)
 {
     if (m <= 0 || n <= 0) return;
     if (width <= 0) width = n;
+    if (m <= LM_BF_FEW_ROWS && ta == LM_BF_NO_TRANS && tb != LM_BF_NO_TRANS) {
+        lm_bf_dots(m, n, k, a, lda, b, ldb, c, ldc, width, stride);
+        return;
+    }
     const long long pairs = (k + 1) / 2;
     const long long row_panels = (m + LM_BF_MR - 1) / LM_BF_MR;
     const long long col_panels = (n + LM_BF_NR - 1) / LM_BF_NR;
