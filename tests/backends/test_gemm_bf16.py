@@ -251,3 +251,28 @@ def test_compiled_float16_matmul_calls_lm_gemm_f16(rng):  # noqa: ANN001
     theirs = (torch.from_numpy(x) @ torch.from_numpy(w).T).float().numpy()
     assert out.numpy().dtype == np.float16
     np.testing.assert_allclose(out.numpy().astype(np.float32), theirs, rtol=2.0**-9, atol=2e-2)
+
+
+def test_bf16_convolutions_of_one_input_match_torch() -> None:
+    """Two bf16 convolutions of one input (their im2col copy shared): products on
+    lm_gemm_bf16, values against torch's bf16 conv2d."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 3, 12, 12)).astype(np.float32)
+    cx = lm.Graph()
+    lm.nn.manual_seed(0)
+    convs = [lm.nn.Conv2d(cx, 3, out, 3, padding=1) for out in (8, 5)]
+    xb = cx.tensor((2, 3, 12, 12)).set(x).cast(lm.bfloat16)
+    outs = []
+    for conv in convs:
+        with lm.training.autocast(conv, "bf16"):
+            outs.append(conv(xb).retrieve())
+    compiled = cx.compile(lm.CPUCompiler())
+    cx.execute()
+    assert "lm_gemm_bf16(" in "\n".join(k.source for s in compiled.segments for k in s.kernels)
+    for conv, out in zip(convs, outs, strict=True):
+        state = {k: torch.tensor(v).bfloat16() for k, v in conv.state_dict().items()}
+        tx = torch.tensor(x).bfloat16()
+        ref = torch.nn.functional.conv2d(tx, state["weight"], state["bias"], padding=1)
+        np.testing.assert_allclose(
+            out.numpy().astype(np.float32), ref.float().numpy(), rtol=2.0**-7, atol=2.0**-6
+        )
