@@ -155,3 +155,33 @@ def test_graphs_with_python_functions_are_not_cached(cache: Path):
     assert program_cache.structure(cx) is None
     assert not _compile(cx)
     assert not _compile(graph())
+
+
+def test_a_program_from_an_e_graph_cut_by_its_time_limit_is_not_stored(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a loaded machine the e-graph can stop at its time limit before products become
+    BLAS calls: that program is correct but slow, so it is used and not stored."""
+    from luminal.compiler.egraph import compiler as egraph
+
+    original = egraph.EGraphCompiler.__init__
+
+    def hurried(self: egraph.EGraphCompiler, *args: object, **kwargs: object) -> None:
+        original(self, *args, **kwargs)
+        self.time_limit = 0.0
+
+    monkeypatch.setattr(egraph, "MIN_ITERATIONS", 0)
+    monkeypatch.setattr(egraph.EGraphCompiler, "__init__", hurried)
+    cx, y, expected = _graph()
+    assert not _compile(cx)
+    cx.execute()
+    np.testing.assert_allclose(y.numpy(), expected, rtol=1e-5, atol=1e-5)
+    monkeypatch.undo()
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(cache))
+    monkeypatch.setenv(program_cache.ENVIRONMENT_VARIABLE, "1")
+    cx, y, expected = _graph()
+    assert not _compile(cx)  # nothing was stored by the hurried compile
+    cx, y, expected = _graph()
+    assert _compile(cx)  # a complete one is
+    cx.execute()
+    np.testing.assert_allclose(y.numpy(), expected, rtol=1e-5, atol=1e-5)

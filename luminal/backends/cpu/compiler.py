@@ -24,6 +24,7 @@ from luminal.graph import Graph
 from luminal.search.budget import Deadline, TimeBudget
 
 if TYPE_CHECKING:
+    from luminal.compiler.egraph.compiler import CompileReport
     from luminal.search.cache import SearchRecord
 
 # The e-graph (egglog), lowering, search and verification are imported where they are
@@ -99,16 +100,22 @@ class CPUCompiler:
         reference = reference_copy(graph) if (self.verify or self.searching) else None
         graph.compiled = None
         graph.compile(GenericCompiler())
+        rewrites: list[CompileReport] = []
         if self.searching:
             compiled = self._search(graph, reference, fingerprint, deadline)
         else:
-            compiled = static_program(graph)
+            compiled = static_program(graph, rewrites)
         compiled.build()
         if reference is not None:  # installed only once checked: Graph.compile restores
             with numpy_blas_on_one_thread():
                 verify_against_reference(graph, compiled, reference, self.rtol, self.atol)
         graph.compiled = compiled
-        if structure is not None and before == (set(graph.input_data), list(graph.carries)):
+        if (
+            structure is not None
+            and before == (set(graph.input_data), list(graph.carries))
+            and not any("time limit" in report.stopped_by for report in rewrites)
+        ):  # a program from an e-graph cut short by its time limit (a loaded machine) is
+            # correct but may be slow: stored, it would be every later process's program
             entry = program_cache.capture(structure, graph, compiled, self.verify)
             self._program_store().store(self._program_key(structure), entry)
         return compiled
@@ -257,13 +264,16 @@ def numpy_blas_on_one_thread() -> Iterator[None]:
         yield
 
 
-def static_program(graph: Graph) -> CompiledGraph:
+def static_program(graph: Graph, reports: list[CompileReport] | None = None) -> CompiledGraph:
     """What mode="fast" runs, not yet built: the e-graph's cheapest program (contractions
-    lowered for BLAS), cleaned up, with the static kernel of every materialised node."""
+    lowered for BLAS), cleaned up, with the static kernel of every materialised node.
+    The e-graph's report (how each region's saturation ended) is appended to `reports`."""
     from luminal.backends.cpu.lowering import lower
     from luminal.compiler.egraph import EGraphCompiler
     from luminal.compiler.passes import GenericCompiler
 
-    graph.compile(EGraphCompiler(rulesets=RULESETS))
+    report = graph.compile(EGraphCompiler(rulesets=RULESETS))
+    if reports is not None:
+        reports.append(report)
     graph.compile(GenericCompiler())
     return lower(graph)
