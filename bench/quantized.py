@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-from common import equal_threads
+from common import equal_threads, read_bandwidth
 from rows import Row
 from timing import Timer
 
@@ -52,34 +52,6 @@ CONFIG = {  # TinyLlama-1.1B
 }
 PROMPT = np.arange(1, 17, dtype=np.int32)  # the decode bench's prompt
 PREFILL = np.arange(1, 129, dtype=np.int32) % CONFIG["vocab_size"]  # the prefill bench's
-
-READ_KERNEL = """
-void parallel_read(int* out, const int* x, const long long* numel) {
-    unsigned int total = 0;
-    #pragma omp parallel for reduction(+:total)
-    for (long long i = 0; i < numel[1]; i++) total += (unsigned int)x[i];
-    out[0] = (int)total;
-}
-"""
-
-
-def read_bandwidth(gigabytes: float = 1.0, repeats: int = 5) -> tuple[float, float]:
-    """Bytes/s of an all-threads sum over a large array (read only), and bytes per
-    CPU-second of it (all threads' CPU time: on a shared machine this moves less)."""
-    x = np.ones(int(gigabytes * 2**30) // 4, np.int32)
-    cx = lm.Graph()
-    source = cx.tensor(x.shape, dtype="int32").set(x)
-    out = lm.custom_kernel([source], READ_KERNEL, (1,), dtype="int32").retrieve()
-    cx.compile(lm.CPUCompiler(verify=False))
-    cx.execute()
-    assert int(out.numpy()[0]) == x.size % 2**32
-    wall, cpu = [], []
-    for _ in range(repeats):
-        start, used = time.perf_counter(), time.process_time()
-        cx.execute()
-        wall.append(time.perf_counter() - start)
-        cpu.append(time.process_time() - used)
-    return x.nbytes / min(wall), x.nbytes / min(cpu)
 
 
 def shapes(config: dict) -> dict[str, tuple[int, ...]]:
