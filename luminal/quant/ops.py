@@ -42,6 +42,7 @@ def _entry(fmt: BlockFormat, what: str, signature: str, body: str) -> tuple[str,
 
 
 SIXTEEN_BIT = ("q8_0", "q4_0", "q4_k")  # formats with a 16-bit integer decode kernel
+TILED = ("q8_0", "q4_0")  # formats whose prefill with 8-bit activations is integer (lq_tile)
 
 
 def matmul_source(
@@ -54,7 +55,8 @@ def matmul_source(
         f"void NAME(float* out, const float* x, const {_c_type(fmt, k)}* w, "
         "const long long* numel)",
         f"lq_matmul(out, x, (const uint8_t*)w, numel[1] / {k}, {n}, {k}, {fmt.row_bytes(k)}LL, "
-        f"{prefill_rows}LL, {bits}, lq_dot_{f}, lq_fdot_{f}, lq_dequant_{f});",
+        f"{prefill_rows}LL, {bits}, lq_dot_{f}, lq_fdot_{f}, lq_dequant_{f}, "
+        f"{f'lq_repack_{f}' if f in TILED else 'NULL'});",
     )
 
 
@@ -105,8 +107,11 @@ def quant_matmul(
     activation_bits: int | None = None,
 ) -> GraphTensor:
     """x (..., k) @ W.T with W (n, k) given as packed `kind` blocks: float32 (..., n).
-    `prefill_rows` or more activation rows: W is dequantised in panels and multiplied in
-    float32. Fewer (decode): W is unpacked in registers against activations of
+    `prefill_rows` or more activation rows: with 8-bit activations, Q8_0 and Q4_0
+    (`TILED`) round them once and multiply tiles of rows x 16 repacked weight rows with
+    integer dot products (llama.cpp's prefill); otherwise W is dequantised in panels and
+    multiplied in float32.
+    Fewer (decode): W is unpacked in registers against activations of
     `activation_bits` (default: `_activation_bits`): 32 is float FMA; 16 rounds activations
     to two 8-bit levels per block of 32 (within max|x| / 32512) for integer dot products;
     8 (`quantized_activations`, llama.cpp's Q8) to one. Integer activations are a step
@@ -124,7 +129,8 @@ def quant_matmul(
     bits = _activation_bits(fmt, quantized_activations, activation_bits)
     x = x.cast("float32") if x.dtype != DType.float32 else x
     name, source = matmul_source(fmt, n, k, prefill_rows, bits)
-    reference = QuantMatmul(fmt.name.lower(), n, k, bits, prefill_rows)
+    prefill_bits = 8 if bits == 8 and fmt.name.lower() in TILED else 32
+    reference = QuantMatmul(fmt.name.lower(), n, k, bits, prefill_rows, prefill_bits)
     shape = (*x.shape[:-1], n)
     return custom_kernel([x, packed], source, shape, name=name, reference=reference)
 

@@ -3,9 +3,10 @@
 `QuantMatmul` and `PackedRows` are the numpy sides of the C kernels in
 luminal/quant/kernels (see common.h): frozen, so they hash and pickle with the graph
 node they belong to. The matmul multiplies in float64 by the dequantised weights; on
-the few-row (decode) path with integer activations (`activation_bits` 8 or 16) it first
-rounds them per block of 32 exactly as the C does (same float32 operations, `rint` ties
-to even, the residual as one fused multiply-add). The compiled kernels differ from it
+the few-row (decode) path with integer activations (`activation_bits` 8 or 16), and on
+the prefill path with `prefill_bits` 8 (Q8_0, Q4_0), it first rounds them per
+block of 32 exactly as the C does (same float32 operations, `rint` ties to even, the
+residual as one fused multiply-add). The compiled kernels differ from it
 only by float32 summation order.
 """
 
@@ -60,18 +61,21 @@ def rounded_activations(x: np.ndarray, bits: int = 8) -> np.ndarray:
 @dataclass(frozen=True)
 class QuantMatmul:
     """x (..., k) @ W.T for W (n, k) packed in `format` -> float32 (..., n); fewer than
-    `prefill_rows` rows use activations of `activation_bits` (8, 16 or 32: float)."""
+    `prefill_rows` rows use activations of `activation_bits` (8, 16 or 32: float), more
+    those of `prefill_bits`."""
 
     format: str
     n: int
     k: int
     activation_bits: int = 32
     prefill_rows: int = PREFILL_ROWS
+    prefill_bits: int = 32
 
     def __call__(self, x: np.ndarray, packed: np.ndarray) -> np.ndarray:
         weight = dequantize(packed.reshape(-1).view(np.uint8), self.format, (self.n, self.k))
         rows = np.asarray(x, np.float32).reshape(-1, self.k)
-        bits = self.activation_bits if 0 < rows.shape[0] < self.prefill_rows else 32
+        few = rows.shape[0] < self.prefill_rows
+        bits = self.activation_bits if few else self.prefill_bits
         out = rounded_activations(rows, bits) @ weight.astype(np.float64).T
         return out.astype(np.float32).reshape(*x.shape[:-1], self.n)
 

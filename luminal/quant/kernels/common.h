@@ -350,12 +350,106 @@ static void lq_matmul_float(float* out, const float* x, const uint8_t* w, long l
     }
 }
 
-/* bits: the activations' precision on the few-row path (8, 16: integer dots; 32: float) */
+/* ---------------------------------------------------------------- integer tile path */
+/* Prefill with llama.cpp's 8-bit activations (Q8_0, Q4_0): activation rows rounded once
+   (lq_quantize_row), a panel of 16 weight rows repacked once into unsigned bytes w + 128
+   interleaved by 4 (per block and group of 4 values: 16 rows x 4 bytes, one register),
+   so one vpdpbusd with 4 broadcast activation bytes adds to 16 outputs' dots; per block,
+   less 128 sum(q), times d_w (a vector over the panel) and the activation's d. Each
+   repacked register serves LQ_TILE_ROWS activation rows. (Only with 8 bits: with 16, a
+   float difference of an ulp upstream re-rounds ~1 % of the values, which moves outputs
+   past CPUCompiler's check on many rows; 16-bit prefill stays on the float path.) */
+typedef void (*lq_repack_fn)(const uint8_t* w, long long row_bytes, int rows, int k, uint8_t* bytes,
+                             float* scales);
+
+/* repack helper: one block's values of 16 rows as unsigned bytes (w + 128; rows past the
+   panel's zero, with scale 0) into the interleaved layout */
+static inline void lq_interleave_block(const uint8_t values[16][LQ_QK], uint8_t* dst) {
+    for (int g = 0; g < LQ_QK / 4; g++)
+        for (int c = 0; c < 16; c++) memcpy(dst + 64 * g + 4 * c, values[c] + 4 * g, 4);
+}
+
+#if defined(LQ_VNNI512)
+#define LQ_TILE_ROWS 8
+/* out[r0 + r, j0 .. j0 + cols] for R (1..LQ_TILE_ROWS) activation rows */
+static inline __attribute__((always_inline)) void lq_tile(
+    float* out, const uint8_t* bytes, const float* scales, const lq_acts* acts, long long r0,
+    const int R, int n, int j0, int cols, int k) {
+    __m512 facc[LQ_TILE_ROWS];
+    for (int r = 0; r < R; r++) facc[r] = _mm512_setzero_ps();
+    for (int b = 0; b < k / LQ_QK; b++) {
+        const uint8_t* wb = bytes + (long long)b * 16 * LQ_QK;
+        __m512i dot[LQ_TILE_ROWS];
+        for (int r = 0; r < R; r++) dot[r] = _mm512_setzero_si512();
+        for (int g = 0; g < LQ_QK / 4; g++) {
+            const __m512i wv = _mm512_load_si512(wb + 64 * g);
+            for (int r = 0; r < R; r++) {
+                int32_t a;
+                memcpy(&a, acts[r0 + r].q + LQ_QK * b + 4 * g, 4);
+                dot[r] = _mm512_dpbusd_epi32(dot[r], wv, _mm512_set1_epi32(a));
+            }
+        }
+        const __m512 dw = _mm512_load_ps(scales + 16 * b);
+        for (int r = 0; r < R; r++) {
+            const lq_acts* a = acts + r0 + r;
+            const __m512i exact = _mm512_sub_epi32(dot[r], _mm512_set1_epi32(a->qsum[b] * 128));
+            facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(exact), _mm512_mul_ps(dw, _mm512_set1_ps(a->scale[b])), facc[r]);
+        }
+    }
+    const __mmask16 keep = (__mmask16)((1u << cols) - 1u);
+    for (int r = 0; r < R; r++) _mm512_mask_storeu_ps(out + (r0 + r) * n + j0, keep, facc[r]);
+}
+
+static void lq_matmul_tiled(float* out, const float* x, const uint8_t* w, long long m, int n,
+                            int k, long long row_bytes, lq_repack_fn repack) {
+    const int nb = k / LQ_QK;
+    int8_t* q = (int8_t*)aligned_alloc(64, (size_t)(3 * m * k + 64));
+    float* f = (float*)malloc(sizeof(float) * 2 * (size_t)m * nb);
+    int32_t* qsum = (int32_t*)malloc(sizeof(int32_t) * (size_t)m * nb);
+    lq_acts* acts = (lq_acts*)malloc(sizeof(lq_acts) * (size_t)m);
+#pragma omp parallel
+    {
+#pragma omp for schedule(static)
+        for (long long r = 0; r < m; r++) {
+            int8_t* q1 = q + 3 * r * k;
+            float* d1 = f + 2 * r * nb;
+            lq_quantize_row(x + r * k, k, q1, 0, d1, d1 + nb, qsum + r * nb);
+            acts[r] = (lq_acts){q1, q1 + k, q1 + 2 * k, NULL, NULL, NULL, d1, d1 + nb, qsum + r * nb};
+        }
+        uint8_t* bytes = (uint8_t*)aligned_alloc(64, (size_t)16 * k);
+        float* scales = (float*)aligned_alloc(64, sizeof(float) * 16 * (size_t)nb);
+#pragma omp for schedule(static)
+        for (int j0 = 0; j0 < n; j0 += 16) {
+            const int cols = n - j0 < 16 ? n - j0 : 16;
+            repack(w + (long long)j0 * row_bytes, row_bytes, cols, k, bytes, scales);
+            long long r = 0;
+            for (; r + LQ_TILE_ROWS <= m; r += LQ_TILE_ROWS) lq_tile(out, bytes, scales, acts, r, LQ_TILE_ROWS, n, j0, cols, k);
+            for (; r < m; r++) lq_tile(out, bytes, scales, acts, r, 1, n, j0, cols, k);
+        }
+        free(bytes);
+        free(scales);
+    }
+    free(q);
+    free(f);
+    free(qsum);
+    free(acts);
+}
+#endif
+
+/* bits: the activations' precision (8, 16: integer dots; 32: float) on the few-row path;
+   8 with `repack` (Q8_0, Q4_0): on the prefill path too */
 static inline void lq_matmul(float* out, const float* x, const uint8_t* w, long long m, int n,
                              int k, long long row_bytes, long long prefill_rows, int bits,
-                             lq_dot_fn dot, lq_fdot_fn fdot, lq_dequant_fn dequant) {
+                             lq_dot_fn dot, lq_fdot_fn fdot, lq_dequant_fn dequant,
+                             lq_repack_fn repack) {
     if (m <= 0) return;
-    if (m >= prefill_rows)
+    if (m >= prefill_rows && bits == 8 && repack) {
+#if defined(LQ_VNNI512)
+        lq_matmul_tiled(out, x, w, m, n, k, row_bytes, repack);
+#else
+        lq_matmul_quantized(out, x, w, m, n, k, row_bytes, bits, dot);
+#endif
+    } else if (m >= prefill_rows)
         lq_matmul_float(out, x, w, m, n, k, row_bytes, dequant);
     else if (bits == 8 || bits == 16)
         lq_matmul_quantized(out, x, w, m, n, k, row_bytes, bits, dot);

@@ -135,3 +135,23 @@ static float lq_fdot_q4_0(const uint8_t* w, const float* x, const float* sx, int
     return sum - 8.0f * offset;
 #endif
 }
+
+/* `rows` (<= 16) packed rows -> the tile path's interleaved bytes (nibble - 8 + 128) and
+   per-block scales */
+static void lq_repack_q4_0(const uint8_t* w, long long row_bytes, int rows, int k, uint8_t* bytes,
+                           float* scales) {
+    uint8_t values[16][LQ_QK];
+    memset(values, 0, sizeof(values));
+    for (int b = 0; b < k / LQ_QK; b++) {
+        for (int c = 0; c < 16; c++) {
+            const uint8_t* blk = w + c * row_bytes + (long long)b * LQ_Q4_0_BYTES;
+            scales[16 * b + c] = c < rows ? lq_f16(blk) : 0.0f;
+            if (c < rows)
+                for (int i = 0; i < LQ_QK / 2; i++) {
+                    values[c][i] = (uint8_t)((blk[2 + i] & 0x0F) + 120);
+                    values[c][i + LQ_QK / 2] = (uint8_t)((blk[2 + i] >> 4) + 120);
+                }
+        }
+        lq_interleave_block(values, bytes + (long long)b * 16 * LQ_QK);
+    }
+}

@@ -85,3 +85,19 @@ static float lq_fdot_q8_0(const uint8_t* w, const float* x, const float* sx, int
     return sum;
 #endif
 }
+
+/* `rows` (<= 16) packed rows -> the tile path's interleaved bytes and per-block scales */
+static void lq_repack_q8_0(const uint8_t* w, long long row_bytes, int rows, int k, uint8_t* bytes,
+                           float* scales) {
+    uint8_t values[16][LQ_QK];
+    memset(values, 0, sizeof(values));
+    for (int b = 0; b < k / LQ_QK; b++) {
+        for (int c = 0; c < 16; c++) {
+            const uint8_t* blk = w + c * row_bytes + (long long)b * LQ_Q8_0_BYTES;
+            scales[16 * b + c] = c < rows ? lq_f16(blk) : 0.0f;
+            if (c < rows)
+                for (int i = 0; i < LQ_QK; i++) values[c][i] = (uint8_t)(blk[2 + i] ^ 0x80);
+        }
+        lq_interleave_block(values, bytes + (long long)b * 16 * LQ_QK);
+    }
+}
