@@ -5,8 +5,10 @@ keys, the block's keys are transposed into scratch (zero-padded, so a score row 
 vector loop of a constant KEYS lanes), then each query row's scores are computed,
 scaled and masked, and its running maximum, running sum and output row are rescaled
 (online softmax) before the weighted values are added: the output row itself is the
-accumulator. Scratch is per thread slot, KEYS * (D + 1) + 2 * ROWS floats whatever the
-sequence length: the (L, S) scores are never stored.
+accumulator. Rows go GROUP at a time (scores and weighted values of the group in one
+loop, so each key and value vector loaded feeds GROUP rows), the rest one by one.
+Scratch is per thread slot, KEYS * (D + GROUP) + 2 * ROWS floats whatever the sequence
+length: the (L, S) scores are never stored.
 
 A causal node (`FusedAttention.causal_offset`) skips the key blocks every row of a work
 item masks, and computes its mask as a comparison of indices.
@@ -35,6 +37,12 @@ KEYS = 64  # keys per block: a score row is KEYS floats
 UNROLL = 8
 # work items of fewer rows (decoding) read k in place instead of packing key blocks
 PACKED_ROWS = 4
+# query rows computed together (one load of a key or value vector feeds GROUP rows), with
+# GROUP_UNROLL depths or keys per store: GROUP * GROUP_UNROLL broadcast scalars stay in
+# registers. MiniLM's attention (32 x 12 heads, 128 keys, head dim 32, AMD EPYC, 1 thread,
+# CPU time): 15.5 -> 11.5 ms against one row at a time
+GROUP = 4
+GROUP_UNROLL = 4
 LOG2_E = 1.0 / math.log(2.0)
 FLUSH_BELOW = -126.0  # 2^-126, the smallest normal float32 (see _exp_shifted)
 LOWEST = -3.4028234663852886e38  # below every finite float32: the max == -inf test
@@ -116,8 +124,8 @@ class _Builder:
     def key_at(self, d: Expr, j: Expr) -> Expr:
         return (self.slot * self.depth + d) * self.block + j
 
-    def score_at(self, j: Expr) -> Expr:
-        return self.slot * self.block + j
+    def score_at(self, j: Expr, r: Expr | int = 0) -> Expr:
+        return (self.slot * GROUP + r) * self.block + j
 
     def peak_at(self, i: Expr) -> Expr:
         return self.slot * 2 * ROWS + i
@@ -183,7 +191,7 @@ def attention_kernel(
     parallel = ir.Loop(_name(b.slot), slots, "parallel", (per_item,), work)
     scratch = {
         KEY_BLOCK: slots * b.block * b.depth,
-        SCORE_ROW: slots * b.block,
+        SCORE_ROW: slots * b.block * GROUP,
         ROW_STATS: slots * 2 * ROWS,
     }
     allocs, released = [], []
@@ -244,8 +252,93 @@ def _key_loop(b: _Builder) -> ir.Loop:
         return [b.loop("j0_", sym(b.block), "reduce", element)]
 
     keys = ir.If(b.nrows.ge(PACKED_ROWS), (b.loop("d0_", b.depth, "serial", transpose),))
-    rows = b.loop("i0_", b.nrows, "serial", lambda i: _row(b, i))
-    return ir.Loop(_name(block), blocks, "serial", (col0_decl, ncols_decl, keys, rows))
+    groups = b.nrows // GROUP
+    grouped = b.loop("g0_", groups, "serial", lambda g: _group(b, g * GROUP))
+    rest = b.loop("i0_", b.nrows - groups * GROUP, "serial", lambda i: _row(b, groups * GROUP + i))
+    return ir.Loop(_name(block), blocks, "serial", (col0_decl, ncols_decl, keys, grouped, rest))
+
+
+def _group(b: _Builder, first: Expr) -> list[ir.Stmt]:
+    """GROUP query rows from `first` against the current key block (packed keys): the
+    scores of all rows at once, each row's online softmax, then the values of all rows."""
+    depth = sym(b.depth).as_int()
+    unroll = GROUP_UNROLL if depth is not None and depth % GROUP_UNROLL == 0 else 1
+
+    def product(d: Expr) -> list[ir.Stmt]:
+        depths = [d * unroll + u for u in range(unroll)]
+
+        def lane(j: Expr) -> list[ir.Stmt]:
+            keys = [
+                ir.Declare(f"kv{u}", F32, ir.Load(KEY_BLOCK, b.key_at(x, j), F32), True)
+                for u, x in enumerate(depths)
+            ]
+            stores = []
+            for r in range(GROUP):
+                step: ir.Value = ir.Load(SCORE_ROW, b.score_at(j, r), F32)
+                for u in range(unroll):
+                    step = _f("add", step, _f("mul", _v(f"q{r}v{u}"), _v(f"kv{u}")))
+                stores.append(ir.Store(SCORE_ROW, b.score_at(j, r), step, F32))
+            return [*keys, *stores]
+
+        queries = [
+            ir.Declare(f"q{r}v{u}", F32, b.query(b.row0 + first + r, x), True)
+            for r in range(GROUP)
+            for u, x in enumerate(depths)
+        ]
+        return [*queries, b.loop("j0_", sym(b.block), "reduce", lane)]
+
+    def clear(j: Expr) -> list[ir.Stmt]:
+        return [ir.Store(SCORE_ROW, b.score_at(j, r), _c(0.0), F32) for r in range(GROUP)]
+
+    def softmax(r: Expr) -> list[ir.Stmt]:
+        return _softmax_row(b, first + r, b.row0 + first + r, r)
+
+    return [
+        b.loop("j0_", sym(b.block), "reduce", clear),
+        b.loop("d0_", sym(b.depth) // unroll, "serial", product),
+        b.loop("h0_", sym(GROUP), "serial", softmax),
+        *_group_values(b, first),
+    ]
+
+
+def _group_values(b: _Builder, first: Expr) -> list[ir.Stmt]:
+    """out[rows] += weights x v[key] for GROUP rows: GROUP_UNROLL keys per store, each
+    value vector loaded once for every row, then the rest of the keys one by one."""
+    rows = [b.row0 + first + r for r in range(GROUP)]
+
+    def keys(first_key: Callable[[Expr], Expr], count: int) -> Callable[[Expr], list[ir.Stmt]]:
+        def body(j: Expr) -> list[ir.Stmt]:
+            cols = [first_key(j) + u for u in range(count)]
+
+            def lane(e: Expr) -> list[ir.Stmt]:
+                values = [
+                    ir.Declare(f"vv{u}", F32, b.value(b.col0 + col, e), True)
+                    for u, col in enumerate(cols)
+                ]
+                stores = []
+                for r, row in enumerate(rows):
+                    out = b.out_at(row, e)
+                    step: ir.Value = ir.Load(0, out, F32)
+                    for u in range(count):
+                        step = _f("add", step, _f("mul", _v(f"p{r}j{u}"), _v(f"vv{u}")))
+                    stores.append(ir.Store(0, out, step, F32))
+                return [*values, *stores]
+
+            weights = [
+                ir.Declare(f"p{r}j{u}", F32, ir.Load(SCORE_ROW, b.score_at(col, r), F32), True)
+                for r in range(GROUP)
+                for u, col in enumerate(cols)
+            ]
+            return [*weights, b.loop("e0_", b.width, "reduce", lane)]
+
+        return body
+
+    groups = sym(b.ncols) // GROUP_UNROLL
+    rest = b.ncols - groups * GROUP_UNROLL
+    return [
+        b.loop("j0_", groups, "serial", keys(lambda j: j * GROUP_UNROLL, GROUP_UNROLL)),
+        b.loop("j0_", rest, "serial", keys(lambda j: groups * GROUP_UNROLL + j, 1)),
+    ]
 
 
 def _row(b: _Builder, i: Expr) -> list[ir.Stmt]:
@@ -270,6 +363,18 @@ def _row(b: _Builder, i: Expr) -> list[ir.Stmt]:
     clear = b.loop(
         "j0_", sym(b.block), "reduce", lambda j: [ir.Store(SCORE_ROW, b.score_at(j), _c(0.0), F32)]
     )
+    packed = (clear, b.loop("d0_", sym(b.depth) // _unroll(b.depth), "serial", product))
+    return [
+        ir.If(b.nrows.ge(PACKED_ROWS), packed, (_direct_scores(b, row),)),
+        *_softmax_row(b, i, row, 0),
+        *_weighted_values(b, row),
+    ]
+
+
+def _softmax_row(b: _Builder, i: Expr, row: Expr, r: Expr | int) -> list[ir.Stmt]:
+    """Row i's scores (score row r of the slot) scaled and masked, the online softmax's
+    new maximum, sum and rescaled output row, and the scores turned into weights."""
+    score = lambda j: ir.Load(SCORE_ROW, b.score_at(j, r), F32)  # noqa: E731
     j = b.index("j0_", b.ncols)
     scaled = b.masked(_f("mul", score(j), _c(b.op.scale)), row, b.col0 + j)
     masked = ir.Loop(
@@ -278,7 +383,7 @@ def _row(b: _Builder, i: Expr) -> list[ir.Stmt]:
         "reduce",
         (
             ir.Declare("sv", F32, scaled, True),
-            ir.Store(SCORE_ROW, b.score_at(j), _v("sv"), F32),
+            ir.Store(SCORE_ROW, b.score_at(j, r), _v("sv"), F32),
             ir.Accumulate("mb", "max", _v("sv")),
         ),
         reductions=(ir.Reduction("mb", "max", F32),),
@@ -289,20 +394,12 @@ def _row(b: _Builder, i: Expr) -> list[ir.Stmt]:
         "reduce",
         (
             ir.Declare("pv", F32, _exp_shifted(score(j), _v("msafe")), True),
-            ir.Store(SCORE_ROW, b.score_at(j), _v("pv"), F32),
+            ir.Store(SCORE_ROW, b.score_at(j, r), _v("pv"), F32),
             ir.Accumulate("ps", "add", _v("pv")),
         ),
         reductions=(ir.Reduction("ps", "add", F32),),
     )
-    packed = (clear, b.loop("d0_", sym(b.depth) // _unroll(b.depth), "serial", product))
-    return [
-        ir.If(b.nrows.ge(PACKED_ROWS), packed, (_direct_scores(b, row),)),
-        masked,
-        *_softmax_step(b, i),
-        exps,
-        *_rescale(b, i, row),
-        *_weighted_values(b, row),
-    ]
+    return [masked, *_softmax_step(b, i), exps, *_rescale(b, i, row)]
 
 
 def _direct_scores(b: _Builder, row: Expr) -> ir.Loop:
