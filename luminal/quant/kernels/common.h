@@ -361,13 +361,13 @@ static void lq_matmul_float(float* out, const float* x, const uint8_t* w, long l
    past CPUCompiler's check on many rows; 16-bit prefill stays on the float path.) */
 typedef void (*lq_repack_fn)(const uint8_t* w, long long row_bytes, int rows, int k, uint8_t* bytes,
                              float* scales);
-
-/* repack helper: one block's values of 16 rows as unsigned bytes (w + 128; rows past the
-   panel's zero, with scale 0) into the interleaved layout */
-static inline void lq_interleave_block(const uint8_t values[16][LQ_QK], uint8_t* dst) {
-    for (int g = 0; g < LQ_QK / 4; g++)
-        for (int c = 0; c < 16; c++) memcpy(dst + 64 * g + 4 * c, values[c] + 4 * g, 4);
+#if !defined(LQ_VNNI512)
+/* without VNNI the 8-bit prefill loops the decode kernels (lq_matmul_quantized) */
+static inline void lq_no_repack(const uint8_t* w, long long row_bytes, int rows, int k, uint8_t* bytes,
+                                float* scales) {
+    (void)w, (void)row_bytes, (void)rows, (void)k, (void)bytes, (void)scales;
 }
+#endif
 
 #if defined(LQ_VNNI512)
 #define LQ_TILE_ROWS 8

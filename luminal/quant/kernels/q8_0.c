@@ -86,7 +86,9 @@ static float lq_fdot_q8_0(const uint8_t* w, const float* x, const float* sx, int
 #endif
 }
 
-/* `rows` (<= 16) packed rows -> the tile path's interleaved bytes and per-block scales */
+#if defined(LQ_VNNI512)
+/* `rows` (<= 16) packed rows -> the tile path's interleaved bytes (q + 128) and per-block
+   scales (rows past `rows`: scale 0) */
 static void lq_repack_q8_0(const uint8_t* w, long long row_bytes, int rows, int k, uint8_t* bytes,
                            float* scales) {
     uint8_t values[16][LQ_QK];
@@ -98,6 +100,11 @@ static void lq_repack_q8_0(const uint8_t* w, long long row_bytes, int rows, int 
             if (c < rows)
                 for (int i = 0; i < LQ_QK; i++) values[c][i] = (uint8_t)(blk[2 + i] ^ 0x80);
         }
-        lq_interleave_block(values, bytes + (long long)b * 16 * LQ_QK);
+        uint8_t* dst = bytes + (long long)b * 16 * LQ_QK;
+        for (int g = 0; g < LQ_QK / 4; g++)
+            for (int c = 0; c < 16; c++) memcpy(dst + 64 * g + 4 * c, values[c] + 4 * g, 4);
     }
 }
+#else
+#define lq_repack_q8_0 lq_no_repack
+#endif
