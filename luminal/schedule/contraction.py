@@ -72,16 +72,24 @@ def _at_least(a: Expr, b: Expr) -> bool:
     return (a - b).bounds()[0] >= 0
 
 
+def _leading(ld: Expr, length: Expr) -> bool:
+    """A usable leading dimension for rows of `length`: at least it, and at least 1 unless
+    it is the length itself (`batch * 784` for a batch of 0 rows)."""
+    return _at_least(ld, length) and (_at_least(ld, ONE) or _at_least(length, ld))
+
+
 def matrix_layout(rows: Expr, cols: Expr, s_rows: Expr, s_cols: Expr) -> tuple[bool, Expr] | None:
     """(transposed, leading dimension) of a rows x cols matrix with these strides, as a
     row-major BLAS operand reads it, or None. The leading dimension must be provably at
-    least the row length: overlapping windows (pooling views) have a smaller one."""
+    least the row length: overlapping windows (pooling views) have a smaller one. It may
+    be below 1 only where it equals the row length (the matrix is then empty: nothing is
+    read, and lm_sgemm passes the BLAS at least 1)."""
     if cols == 1 or s_cols == 1:
         ld = s_rows if rows != 1 else cols
-        return (False, ld) if _at_least(ld, cols) and _at_least(ld, ONE) else None
+        return (False, ld) if _leading(ld, cols) else None
     if rows == 1 or s_rows == 1:
         ld = s_cols if cols != 1 else rows
-        return (True, ld) if _at_least(ld, rows) and _at_least(ld, ONE) else None
+        return (True, ld) if _leading(ld, rows) else None
     return None
 
 

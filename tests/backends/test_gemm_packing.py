@@ -1,0 +1,119 @@
+"""Operands lm_sgemm (gemm.c) packs by transposing 4 x 4 blocks in registers (A as stored,
+B transposed: the forward `x @ W.T` of a linear layer, a convolution's weight gradient),
+at every edge of those blocks, against numpy; and a batch-summed product whose operands'
+leading dimension is `batch * positions` read in place (no packing copy), against torch."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+import torch
+
+import luminal as lm
+from luminal.backends.cpu import toolchain
+from luminal.backends.cpu.compiler import CPUCompiler
+from tests.conftest import uniform
+
+NO_TRANS, TRANS = 111, 112
+I64 = ctypes.c_longlong
+
+
+@pytest.fixture(scope="module")
+def sgemm():  # noqa: ANN201 - a ctypes function
+    path = toolchain.build_shared([("probe", "int lm_probe(void) { return 0; }\n")], True)
+    function = toolchain.load(path).lm_sgemm
+    pointer = ctypes.c_void_p
+    function.argtypes = [ctypes.c_int, ctypes.c_int, I64, I64, I64, pointer, I64, pointer, I64]
+    function.argtypes += [pointer, I64, I64, I64]
+    function.restype = None
+    return function
+
+
+@pytest.fixture
+def threads():  # noqa: ANN201 - sets the thread count per case, restores it after
+    original = toolchain.get_num_threads().openmp
+    yield toolchain.set_num_threads
+    toolchain.set_num_threads(original)
+
+
+# (m, n, k): n and k around multiples of 4 (whole and partial 4 x 4 blocks), m with and
+# without a partial row panel, K over several packed blocks of 256
+SHAPES = [(16, 150, 1030), (8, 48, 64), (13, 51, 259), (64, 97, 130), (9, 53, 4 * 256 + 3)]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("count", [1, 2])
+def test_transposing_packs_equal_numpy(sgemm, threads, rng, shape, count) -> None:  # noqa: ANN001
+    """A as stored and B transposed (both packed by 4 x 4 transposes), each with a leading
+    dimension wider than its rows; C's spare columns stay untouched."""
+    threads(count)
+    m, n, k = shape
+    a = rng.uniform(-1, 1, (m, k + 5)).astype(np.float32)
+    b = rng.uniform(-1, 1, (n, k + 3)).astype(np.float32)
+    c = np.full((m, n + 2), 7.0, np.float32)
+    sgemm(
+        NO_TRANS,
+        TRANS,
+        m,
+        n,
+        k,
+        a.ctypes.data,
+        k + 5,
+        b.ctypes.data,
+        k + 3,
+        c.ctypes.data,
+        n + 2,
+        n,
+        0,
+    )
+    expected = a[:, :k].astype(np.float64) @ b[:, :k].T.astype(np.float64)
+    np.testing.assert_allclose(c[:, :n], expected, rtol=1e-4, atol=1e-4)
+    assert (c[:, n:] == 7.0).all()
+
+
+def test_nan_in_a_transposed_b_reaches_its_column_only(sgemm, rng) -> None:  # noqa: ANN001
+    a = rng.uniform(-1, 1, (16, 300)).astype(np.float32)
+    b = rng.uniform(-1, 1, (50, 300)).astype(np.float32)
+    b[45, 298] = np.nan  # in the last, partial 4-row group and the K tail
+    c = np.zeros((16, 50), np.float32)
+    sgemm(
+        NO_TRANS,
+        TRANS,
+        16,
+        50,
+        300,
+        a.ctypes.data,
+        300,
+        b.ctypes.data,
+        300,
+        c.ctypes.data,
+        50,
+        50,
+        0,
+    )
+    assert np.isnan(c[:, 45]).all() and not np.isnan(np.delete(c, 45, axis=1)).any()
+
+
+def test_batch_summed_operands_with_a_batch_sized_stride_are_read_in_place(rng) -> None:  # noqa: ANN001
+    """sum over (b, p) of g[c, b, p] x[k, b, p] (a convolution's weight gradient against
+    its im2col columns, stored (taps, batch, positions)): K = b * 40 runs along memory in
+    both, the leading dimension is 40 * b, so both are read where they lie. (The leading
+    dimension was once required to be provably >= 1, which `40 * b` is not for b = 0, and
+    both operands were copied.)"""
+    cx = lm.Graph()
+    g = cx.tensor((6, "b", 40)).set(uniform(rng, (6, 3, 40)))
+    x = cx.tensor((25, "b", 40)).set(uniform(rng, (25, 3, 40)))
+    out = (g.permute(1, 0, 2) @ x.permute(1, 2, 0)).sum(0).retrieve()  # (6, 25)
+    compiled = cx.compile(CPUCompiler())
+    sources = [k.source for s in compiled.segments for k in s.kernels]
+    gemm = [s for s in sources if "lm_sgemm(11" in s]
+    assert len(gemm) == 1 and "malloc" not in gemm[0], gemm
+    for batch in (3, 7):
+        g_data, x_data = uniform(rng, (6, batch, 40)), uniform(rng, (25, batch, 40))
+        g.set(g_data)
+        x.set(x_data)
+        cx.execute()
+        expected = torch.einsum("cbp,kbp->ck", torch.tensor(g_data), torch.tensor(x_data))
+        np.testing.assert_allclose(out.numpy(), expected.numpy(), rtol=1e-4, atol=1e-4)
