@@ -411,6 +411,7 @@ def test_gcc_timeout_raises_compile_error(monkeypatch: pytest.MonkeyPatch, tmp_p
     assert "did not finish within 0.5 s" in message and "LUMINAL_CC_TIMEOUT" in message
     assert ".c)" in message and str(toolchain.cache_dir()) in message
     monkeypatch.setattr(toolchain, "CC", "gcc")
+    monkeypatch.delenv("LUMINAL_CC_TIMEOUT")  # gemm.c alone takes ~1 s of gcc
     assert_correct()
 
 
