@@ -41,6 +41,8 @@ def threads():  # noqa: ANN201 - sets the thread count per case, restores it aft
 # (m, n, k): n and k around multiples of 4 (whole and partial 4 x 4 blocks), m with and
 # without a partial row panel, K over several packed blocks of 256
 SHAPES = [(16, 150, 1030), (8, 48, 64), (13, 51, 259), (64, 97, 130), (9, 53, 4 * 256 + 3)]
+# fewer rows than a register tile (4 to 7: the packed kernel, the rest of the tile zeros)
+FEW_ROWS = [(4, 200, 330), (6, 130, 400), (7, 49, 1000)]
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -71,6 +73,31 @@ def test_transposing_packs_equal_numpy(sgemm, threads, rng, shape, count) -> Non
     expected = a[:, :k].astype(np.float64) @ b[:, :k].T.astype(np.float64)
     np.testing.assert_allclose(c[:, :n], expected, rtol=1e-4, atol=1e-4)
     assert (c[:, n:] == 7.0).all()
+
+
+@pytest.mark.parametrize("shape", FEW_ROWS)
+@pytest.mark.parametrize("count", [1, 2])
+def test_few_rows_equal_numpy(sgemm, threads, rng, shape, count) -> None:  # noqa: ANN001
+    """Every transpose pair, with C's columns in blocks of 10 (a convolution's layout) and
+    whole, on one and two threads."""
+    threads(count)
+    m, n, k = shape
+    for ta in (NO_TRANS, TRANS):
+        for tb in (NO_TRANS, TRANS):
+            a = rng.uniform(-1, 1, (k, m) if ta == TRANS else (m, k)).astype(np.float32)
+            b = rng.uniform(-1, 1, (n, k) if tb == TRANS else (k, n)).astype(np.float32)
+            expected = (a.T if ta == TRANS else a).astype(np.float64) @ (
+                b.T if tb == TRANS else b
+            ).astype(np.float64)
+            c = np.full((m, n), 7.0, np.float32)
+            sgemm(ta, tb, m, n, k, a.ctypes.data, a.shape[1], b.ctypes.data, b.shape[1],
+                  c.ctypes.data, n, n, 0)  # fmt: skip
+            np.testing.assert_allclose(c, expected, rtol=1e-4, atol=1e-4)
+            blocks = np.full((n // 10, m, 10), 7.0, np.float32)
+            sgemm(ta, tb, m, n // 10 * 10, k, a.ctypes.data, a.shape[1], b.ctypes.data,
+                  b.shape[1], blocks.ctypes.data, 10, 10, m * 10)  # fmt: skip
+            got = blocks.transpose(1, 0, 2).reshape(m, -1)
+            np.testing.assert_allclose(got, expected[:, : n // 10 * 10], rtol=1e-4, atol=1e-4)
 
 
 def test_nan_in_a_transposed_b_reaches_its_column_only(sgemm, rng) -> None:  # noqa: ANN001
