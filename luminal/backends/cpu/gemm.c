@@ -426,7 +426,7 @@ void lm_sgemm(int ta, int tb, long long m, long long n, long long k, const float
             for (long long j = 0; j < n; j++) *lm_out_at(&out, i, j) = 0.0f;
         return;
     }
-    if (m >= 4 && n >= LM_NR && m * n * k >= LM_MIN_WORK &&
+    if (m >= LM_MIN_ROWS && n >= LM_NR && m * n * k >= LM_MIN_WORK &&
         !(omp_get_max_threads() > 1 && m * n <= LM_SPLIT_K_OUTPUT && k >= LM_SPLIT_K_MIN_K)) {
         const lm_in in = {tb, b, ldb, 0};
         if (!lm_gemm(ta, m, n, k, a, lda, &in, &out)) return;
