@@ -126,6 +126,7 @@ def swap_modules(model: Module, layout: tuple[PackedModule, ...]) -> None:
                 table.num_embeddings,
                 entry.format,
                 weight=table.weight,
+                quantized_activations=entry.quantized_activations,
             )
         elif isinstance(old, Embedding):
             new = QuantEmbedding(model.graph, old.num_embeddings, old.embedding_dim, entry.format)
@@ -137,6 +138,7 @@ def swap_modules(model: Module, layout: tuple[PackedModule, ...]) -> None:
                 entry.format,
                 bias=old.bias is not None,
                 rope_heads=entry.rope_heads,
+                quantized_activations=entry.quantized_activations,
             )
         else:
             raise LuminalError(

@@ -108,18 +108,21 @@ def test_packed_llama_matches_reference_and_transformers(
     assert _cosine(np.stack(steps), expected[5:]) >= cosine
 
 
-def test_greedy_tokens_equal_transformers(tmp_path: Path) -> None:
+@pytest.mark.parametrize("int8", [False, True])
+def test_greedy_tokens_equal_transformers(tmp_path: Path, int8: bool) -> None:
     """8 greedy tokens from a Q4_0 file, luminal's compiled session against transformers
     on the dequantised weights, where the top two logits are apart by a safe margin (the
-    head is scaled up so that random weights give decided tokens)."""
+    head is scaled up so that random weights give decided tokens); also with llama.cpp's
+    8-bit activations (prefill on the integer tiles; the compile-time check cannot
+    compare a step function of its inputs closely, so it is off)."""
     import torch
 
     state = {k: v.numpy() for k, v in _hf_model(CONFIG).state_dict().items()}
     state["lm_head.weight"] = state["lm_head.weight"] * 30
     save_gguf_llama(tmp_path / "greedy.gguf", CONFIG, state, "q4_0")
-    model = load_gguf_model(tmp_path / "greedy.gguf")
+    model = load_gguf_model(tmp_path / "greedy.gguf", quantized_activations=int8)
     hf = _hf_model(CONFIG, _dequantised_state(tmp_path / "greedy.gguf"))
-    session = model.session()
+    session = model.session(compiler=lm.CPUCompiler(verify=not int8))
     logits = session.prefill(PROMPT)[0]
     tokens, ids = [], list(PROMPT)
     for _ in range(8):
@@ -132,6 +135,28 @@ def test_greedy_tokens_equal_transformers(tmp_path: Path) -> None:
         ids.append(tokens[-1])
         logits = session.step([tokens[-1]])[0]
     assert len(tokens) == 8
+
+
+@pytest.mark.parametrize(("kind", "cosine"), COSINES[:2])
+def test_quantized_activations_prefill(files: dict[str, Path], kind: str, cosine: float) -> None:
+    """load_gguf_model(quantized_activations=True): every packed linear layer rounds its
+    activations to 8 bits, on the prompt too (Q8_0/Q4_0's integer prefill tiles): the
+    compiled last logits stay close to transformers on the dequantised weights and to the
+    reference runtime's (which rounds the same way; a float difference upstream can
+    flip a rounding, so not to float tolerance), and differ from the float path's."""
+    import torch
+
+    model = load_gguf_model(files[kind], quantized_activations=True)
+    linears = [m for _, m in model.named_modules() if isinstance(m, QuantLinear)]
+    assert linears and all(m.quantized_activations for m in linears)
+    hf = _hf_model(CONFIG, _dequantised_state(files[kind]))
+    with torch.no_grad():
+        expected = hf(torch.from_numpy(PROMPT[None]).long()).logits.numpy()[0, -1]
+    compiled = model.session(compiler=lm.CPUCompiler(verify=False)).prefill(PROMPT)
+    reference = model.session(compile=False).prefill(PROMPT)
+    assert _cosine(compiled, expected) >= cosine
+    assert _cosine(compiled, reference) >= 0.9995  # measured: 1 - 3e-15 (Q8_0), 0.99993
+    assert np.abs(compiled - expected).max() > 1e-3 * np.abs(expected).max()  # rounded
 
 
 def test_load_errors_name_the_problem(files: dict[str, Path], tmp_path: Path) -> None:
