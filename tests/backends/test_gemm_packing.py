@@ -100,6 +100,25 @@ def test_few_rows_equal_numpy(sgemm, threads, rng, shape, count) -> None:  # noq
             np.testing.assert_allclose(got, expected[:, : n // 10 * 10], rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("shape", [(6, 25, 5003), (3, 7, 4100), (16, 150, 2048)])
+@pytest.mark.parametrize("count", [1, 2])
+def test_small_output_long_k_dots_equal_numpy(sgemm, threads, rng, shape, count) -> None:  # noqa: ANN001
+    """A times B transposed with a small output and a long K (a weight gradient: vector
+    dot products, K split between threads on two), odd rows, columns past a group of 4,
+    a K tail past the vectors, leading dimensions wider than the rows."""
+    threads(count)
+    m, n, k = shape
+    a = rng.uniform(-1, 1, (m, k + 1)).astype(np.float32)
+    b = rng.uniform(-1, 1, (n, k + 2)).astype(np.float32)
+    a[m - 1, k - 1] = np.nan  # the last row's K tail
+    c = np.full((m, n + 1), 7.0, np.float32)
+    sgemm(NO_TRANS, TRANS, m, n, k, a.ctypes.data, k + 1, b.ctypes.data, k + 2, c.ctypes.data,
+          n + 1, n, 0)  # fmt: skip
+    expected = a[:, :k].astype(np.float64) @ b[:, :k].T.astype(np.float64)
+    np.testing.assert_allclose(c[:, :n], expected, rtol=1e-4, atol=1e-3)
+    assert np.isnan(c[m - 1, :n]).all() and (c[:, n] == 7.0).all()
+
+
 def test_nan_in_a_transposed_b_reaches_its_column_only(sgemm, rng) -> None:  # noqa: ANN001
     a = rng.uniform(-1, 1, (16, 300)).astype(np.float32)
     b = rng.uniform(-1, 1, (50, 300)).astype(np.float32)
