@@ -55,6 +55,7 @@ def run(batch: int, heads: int, length: int, keys: int, depth: int, causal: bool
         (kernel.GROUP * 2 + 3, 19, 6),  # rows left over; head dim 6: unroll 1
         (kernel.GROUP + 1, kernel.GROUP_UNROLL - 1, 8),  # fewer keys than one step
         (69, 128, 32),  # a full block of rows and 5 more (one group + one row)
+        (9, kernel.WIDE_KEYS + 72, 32),  # a wide key block (head dim 32) and a partial one
     ],
 )
 def test_grouped_rows_equal_torch(length: int, keys: int, depth: int) -> None:
