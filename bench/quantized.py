@@ -15,7 +15,9 @@ llama.cpp needs to load a file) and cached under bench/data/ (ignored by git; ~7
 
     .venv/bin/python bench/quantized.py [--formats f32,q8_0,q4_0,q4_k,q4_0+int8] [--threads 2]
 
-"+int8" decodes with llama.cpp's 8-bit activations and integer dot products.
+"+int8" decodes and prefills with llama.cpp's 8-bit activations and integer dot products
+(Q8_0/Q4_0 prefill on integer tiles); its ratios are against the llama.cpp run of the
+same file (measured once per file).
 """
 
 from __future__ import annotations
@@ -236,6 +238,9 @@ def collect(timer: Timer, quick: bool, threads: int) -> list[Row]:
 Figures = tuple[float, float, float, float]  # s/token, CPU s/token, prefill s, prefill CPU s
 
 
+PEERS: dict[Path, Figures] = {}  # llama.cpp's figures per file, measured once
+
+
 def measure(name: str, path: Path, args: argparse.Namespace) -> None:
     """One format's line, and llama.cpp's beside it when installed. "% bw": tokens/s x
     bytes per token over the read bandwidth; "% CPU": the same per CPU-second (decode's
@@ -247,11 +252,13 @@ def measure(name: str, path: Path, args: argparse.Namespace) -> None:
         f"{name:>9} {path.stat().st_size / 1e9:7.2f} {load:7.2f}"
         + line(mine, size, bandwidth, per_cpu)
     )
-    peer = None if name.endswith("+int8") else llama_cpp_decoder(path, args.threads)
-    if peer is None:
-        return
-    theirs = figures(*peer, args.tokens)
-    print(f"{'llama.cpp':>9} {'':7} {'':7}" + line(theirs, size, bandwidth, per_cpu))
+    if path not in PEERS:  # "q4_0+int8" compares with q4_0's llama.cpp run
+        peer = llama_cpp_decoder(path, args.threads)
+        if peer is None:
+            return
+        PEERS[path] = figures(*peer, args.tokens)
+        print(f"{'llama.cpp':>9} {'':7} {'':7}" + line(PEERS[path], size, bandwidth, per_cpu))
+    theirs = PEERS[path]
     print(
         f"{'':>9} luminal / llama.cpp: tokens/s {theirs[0] / mine[0]:.2f}x (CPU per token "
         f"{mine[1] / theirs[1]:.2f}x), prefill wall {mine[2] / theirs[2]:.2f}x, "

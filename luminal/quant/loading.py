@@ -191,11 +191,11 @@ def load_gguf_model(
     path: PathLike, graph: Graph | None = None, quantized_activations: bool = False
 ) -> Any:
     """The model a GGUF file holds, its Q8_0/Q4_0/Q4_K/Q6_K matrices kept packed in the
-    memory-mapped file. `quantized_activations`: decode with llama.cpp's 8-bit
-    activations and integer dot products (not a function the compile-time check can
-    compare closely: compile with `lm.CPUCompiler(verify=False)`). The file's embedded
-    vocabulary, if any, becomes `model.tokenizer` (`luminal.quant.tokenizer`). On any
-    error the graph is left as it was."""
+    memory-mapped file. `quantized_activations`: decode (and, for Q8_0/Q4_0, prefill)
+    with llama.cpp's 8-bit activations and integer dot products (not a function the
+    compile-time check can compare closely: compile with `lm.CPUCompiler(verify=False)`).
+    The file's embedded vocabulary, if any, becomes `model.tokenizer`
+    (`luminal.quant.tokenizer`). On any error the graph is left as it was."""
     graph = Graph() if graph is None else graph
     tensors, metadata = read_gguf(path)
     arch = metadata.get("general.architecture")

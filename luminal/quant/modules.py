@@ -22,8 +22,8 @@ from luminal.tensor import GraphTensor
 class QuantLinear(Module):
     """y = x @ W.T (+ bias) with W (out_features, in_features) packed in `kind`.
     `weight`: an existing packed parameter to share (a head tied to the embedding);
-    `quantized_activations`: llama.cpp's 8-bit activations on the decode path (see
-    `quant_matmul`)."""
+    `quantized_activations`: llama.cpp's 8-bit activations when decoding, and on the
+    prompt for Q8_0/Q4_0 (see `quant_matmul`)."""
 
     def __init__(
         self,
