@@ -14,6 +14,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -422,3 +423,23 @@ def test_bad_gcc_timeout_is_a_compile_error(monkeypatch: pytest.MonkeyPatch, val
         compile_and_run()
     monkeypatch.setenv("LUMINAL_CC_TIMEOUT", "120")
     assert_correct()
+
+
+def test_a_library_whose_manifest_lands_a_moment_later_is_loaded() -> None:
+    """Ranks of one job on a cold cache link the same library: one renames its file into
+    place and then writes the manifest, so another process can find bytes its manifest
+    does not describe yet. Loading waits for the manifest rather than failing the job."""
+    source = "float lm_cache_probe(float x) { return x * 5.0f; }\n"
+    other = toolchain.build_shared([("probe6", source.replace("5.0f", "6.0f"))])
+    path = toolchain.build_shared([("probe5", source)])
+    manifest = cache_files.manifest_path(path)
+    saved = manifest.read_bytes()
+    manifest.write_bytes(cache_files.manifest_path(other).read_bytes())  # a stale manifest
+    writer = threading.Timer(0.05, manifest.write_bytes, args=(saved,))
+    writer.start()
+    try:
+        probe = toolchain.load(path).lm_cache_probe
+    finally:
+        writer.join()
+    probe.restype, probe.argtypes = ctypes.c_float, [ctypes.c_float]
+    assert probe(2.0) == 10.0

@@ -54,6 +54,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -519,7 +520,7 @@ def _open_library(path: Path) -> ctypes.CDLL:
             f"so anyone could have written it; compile with the default cache or a private "
             f"LUMINAL_CACHE_DIR"
         )
-    copy = cache_files.verified_copy(path, path.stem, build_id())
+    copy = _verified_copy_settled(path)
     if copy is None:
         raise CompileError(
             f"not loading {path}: it does not match its manifest (missing, truncated, edited or "
@@ -529,6 +530,23 @@ def _open_library(path: Path) -> ctypes.CDLL:
         return _dlopen(copy, path)
     finally:
         cache_files.unlink(copy)
+
+
+# Another process linking the same library (ranks of one job on a cold cache) renames
+# its file into place, then writes its manifest: a reader between the two sees bytes that
+# match no manifest yet. Retrying for a moment lets that writer finish; a file that still
+# does not match is refused.
+SETTLE_DELAYS = (0.02, 0.05, 0.1, 0.2, 0.4)
+
+
+def _verified_copy_settled(path: Path) -> Path | None:
+    copy = cache_files.verified_copy(path, path.stem, build_id())
+    for delay in SETTLE_DELAYS:
+        if copy is not None:
+            break
+        time.sleep(delay)
+        copy = cache_files.verified_copy(path, path.stem, build_id())
+    return copy
 
 
 def _dlopen(path: Path, shown: Path) -> ctypes.CDLL:
