@@ -11,27 +11,17 @@ import numpy as np
 import pytest
 
 from luminal.backends.cpu import toolchain
-
-NO_TRANS, TRANS = 111, 112
-I64 = ctypes.c_longlong
+from tests.backends.gemm_calls import I64, NO_TRANS, TRANS, product_function, thread_setter
 
 
 @pytest.fixture(scope="module")
 def sgemm():  # noqa: ANN201 - a ctypes function
-    path = toolchain.build_shared([("probe", "int lm_probe(void) { return 0; }\n")], True)
-    function = toolchain.load(path).lm_sgemm
-    pointer = ctypes.c_void_p
-    function.argtypes = [ctypes.c_int, ctypes.c_int, I64, I64, I64, pointer, I64, pointer, I64]
-    function.argtypes += [pointer, I64, I64, I64]
-    function.restype = None
-    return function
+    return product_function("lm_sgemm")
 
 
 @pytest.fixture
 def threads():  # noqa: ANN201 - sets the thread count per case, restores it after
-    original = toolchain.get_num_threads().openmp
-    yield toolchain.set_num_threads
-    toolchain.set_num_threads(original)
+    yield from thread_setter()
 
 
 def product(sgemm, a: np.ndarray, b: np.ndarray, ta: int, tb: int, pad: int = 0):  # noqa: ANN001

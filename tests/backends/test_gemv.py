@@ -5,34 +5,21 @@ from a compiled graph whose row count is symbolic."""
 
 from __future__ import annotations
 
-import ctypes
-
 import numpy as np
 import pytest
 
 import luminal as lm
-from luminal.backends.cpu import toolchain
-
-NO_TRANS, TRANS = 111, 112
-I64 = ctypes.c_longlong
+from tests.backends.gemm_calls import NO_TRANS, TRANS, product_function, thread_setter
 
 
 @pytest.fixture(scope="module")
 def rows_product():  # noqa: ANN201 - a ctypes function
-    path = toolchain.build_shared([("probe", "int lm_probe(void) { return 0; }\n")], True)
-    function = toolchain.load(path).lm_sgemm_rows
-    pointer = ctypes.c_void_p
-    function.argtypes = [ctypes.c_int, ctypes.c_int, I64, I64, I64, pointer, I64, pointer, I64]
-    function.argtypes += [pointer, I64, I64, I64]
-    function.restype = None
-    return function
+    return product_function("lm_sgemm_rows")
 
 
 @pytest.fixture
 def threads():  # noqa: ANN201 - sets the thread count per case, restores it after
-    original = toolchain.get_num_threads().openmp
-    yield toolchain.set_num_threads
-    toolchain.set_num_threads(original)
+    yield from thread_setter()
 
 
 @pytest.mark.parametrize("count", [1, 2])

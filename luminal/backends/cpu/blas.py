@@ -70,6 +70,53 @@ class Operand:
     ld: Expr
 
 
+@dataclass(frozen=True)
+class OutputMatrix:
+    """How a contraction's output is one row-major matrix C per batch index: its axes
+    classified, C's rows and columns (M and N, or N and M when `swap`: the output holds
+    (n, m) and C^T = B^T A^T is computed), the columns in one unit-stride run or in blocks
+    of `width` elements `block_stride` apart, and the sizes and C's leading dimension."""
+
+    shape: tuple[Expr, ...]
+    axes: Axes
+    out_strides: dict[int, Expr]
+    swap: bool
+    col_axes: tuple[int, ...]
+    width: Expr | None
+    block_stride: Expr
+    m: Expr
+    n: Expr
+    k: Expr
+    ldc: Expr
+
+
+def output_matrix(node: Node) -> OutputMatrix | None:
+    """The contraction's `OutputMatrix`, or None: no M or N axis (a dot product per output
+    element), or output axes that do not form a row-major matrix."""
+    a_edge, b_edge = node.inputs
+    shape = tuple(a_edge.view.shape)
+    summed = node.op.summed
+    axes = classify(shape, summed, (a_edge.view, b_edge.view))
+    if axes is None or not (axes.m or axes.n):
+        return None
+    out_axes = [d for d in range(len(shape)) if d not in summed]
+    out_strides = dict(zip(out_axes, contiguous_strides(node.shape), strict=True))
+    swap = bool(axes.n) and out_strides[axes.n[-1]] != 1
+    row_axes, col_axes = (axes.n, axes.m) if swap else (axes.m, axes.n)
+    row_group = merged_axes(row_axes, shape, out_strides)
+    col_group = merged_axes(col_axes, shape, out_strides)
+    width, block_stride = None, ZERO
+    if col_group is None:
+        col_group, width, block_stride = _column_blocks(col_axes, shape, out_strides)
+    if row_group is None or col_group is None or (col_axes and col_group[1] != 1):
+        return None
+    m, n, k = _size(shape, axes.m), _size(shape, axes.n), _size(shape, axes.k)
+    ldc = row_group[1] if row_axes else col_group[0]
+    return OutputMatrix(
+        shape, axes, out_strides, swap, tuple(col_axes), width, block_stride, m, n, k, ldc
+    )
+
+
 def blas_contract_kernel(
     graph: Graph, node: Node, materialised: set[int], dims: Sequence[str]
 ) -> KernelSource | None:
@@ -90,26 +137,12 @@ def sgemm_kernel(
     if node.dtype != F32:
         return None
     a_edge, b_edge = node.inputs
-    shape = tuple(a_edge.view.shape)
-    summed = node.op.summed
-    axes = classify(shape, summed, (a_edge.view, b_edge.view))
-    if axes is None or not (axes.m or axes.n):
-        return None  # a dot product per output element: a fused loop does better
-    out_axes = [d for d in range(len(shape)) if d not in summed]
-    out_strides = dict(zip(out_axes, contiguous_strides(node.shape), strict=True))
-    # C's rows and columns: M and N, or N and M when the output holds (n, m) (then
-    # C^T = B^T A^T is computed); the columns in one run of unit stride, or in blocks
-    swap = bool(axes.n) and out_strides[axes.n[-1]] != 1
-    row_axes, col_axes = (axes.n, axes.m) if swap else (axes.m, axes.n)
-    row_group = merged_axes(row_axes, shape, out_strides)
-    col_group = merged_axes(col_axes, shape, out_strides)
-    width, block_stride = None, ZERO
-    if col_group is None:
-        col_group, width, block_stride = _column_blocks(col_axes, shape, out_strides)
-    if row_group is None or col_group is None or (col_axes and col_group[1] != 1):
-        return None
-    m, n, k = _size(shape, axes.m), _size(shape, axes.n), _size(shape, axes.k)
-    ldc = row_group[1] if row_axes else col_group[0]
+    layout = output_matrix(node)
+    if layout is None:
+        return None  # no M or N axis (a fused loop does better), or C is not a matrix
+    shape, axes, out_strides, swap = layout.shape, layout.axes, layout.out_strides, layout.swap
+    col_axes, width, block_stride = layout.col_axes, layout.width, layout.block_stride
+    m, n, k, ldc = layout.m, layout.n, layout.k, layout.ldc
     w = ValueLowering(graph, materialised - {node.id})
     w.param(node.id)
     index = [w.loop_var(f"i{j}_", shape[d]) for j, d in enumerate(axes.batch)]
@@ -181,7 +214,7 @@ def sgemm_kernel(
 
 
 def _gather(
-    graph: Graph, node: Node, side: int, axes: Axes, col_axes: list[int], index: list[Expr]
+    graph: Graph, node: Node, side: int, axes: Axes, col_axes: Sequence[int], index: list[Expr]
 ) -> tuple[Gathered, Expr, str] | None:
     """The operand `side` (the call's second) read from the buffer under its copy: the
     `Gathered`, its offset per batch index, and the C declaring its axes (`lm_gather`:

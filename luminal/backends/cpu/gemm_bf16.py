@@ -20,20 +20,17 @@ from luminal.backends.cpu.blas import (
     NO_TRANS,
     TRANS,
     Operand,
-    _column_blocks,
     _in_place,
     _name,
     _pack,
-    _size,
+    output_matrix,
 )
 from luminal.dtype import DType
 from luminal.graph import Graph, Node
 from luminal.kernel import ir
 from luminal.kernel.indexing import flat_index
 from luminal.kernel.values import ValueLowering
-from luminal.schedule.contraction import classify, merged_axes
 from luminal.shape.expr import ZERO, Expr, sym
-from luminal.shape.tracker import contiguous_strides
 
 BF16, F16 = DType.bfloat16, DType.float16
 NAME = "lm_gemm_bf16"
@@ -66,24 +63,12 @@ def half_kernel(
     a_edge, b_edge = node.inputs
     if dtype not in NAMES or any(graph.nodes[e.source].dtype != dtype for e in node.inputs):
         return None
-    shape = tuple(a_edge.view.shape)
-    summed = node.op.summed
-    axes = classify(shape, summed, (a_edge.view, b_edge.view))
-    if axes is None or not (axes.m or axes.n):
+    layout = output_matrix(node)
+    if layout is None:
         return None
-    out_axes = [d for d in range(len(shape)) if d not in summed]
-    out_strides = dict(zip(out_axes, contiguous_strides(node.shape), strict=True))
-    swap = bool(axes.n) and out_strides[axes.n[-1]] != 1
-    row_axes, col_axes = (axes.n, axes.m) if swap else (axes.m, axes.n)
-    row_group = merged_axes(row_axes, shape, out_strides)
-    col_group = merged_axes(col_axes, shape, out_strides)
-    width, block_stride = None, ZERO
-    if col_group is None:
-        col_group, width, block_stride = _column_blocks(col_axes, shape, out_strides)
-    if row_group is None or col_group is None or (col_axes and col_group[1] != 1):
-        return None
-    m, n, k = _size(shape, axes.m), _size(shape, axes.n), _size(shape, axes.k)
-    ldc = row_group[1] if row_axes else col_group[0]
+    shape, axes, out_strides, swap = layout.shape, layout.axes, layout.out_strides, layout.swap
+    width, block_stride = layout.width, layout.block_stride
+    m, n, k, ldc = layout.m, layout.n, layout.k, layout.ldc
     w = ValueLowering(graph, materialised - {node.id})
     w.param(node.id)
     index = [w.loop_var(f"i{j}_", shape[d]) for j, d in enumerate(axes.batch)]

@@ -1,0 +1,31 @@
+"""luminal's product entry points (gemm.c, gemv.c) as ctypes functions, for the tests that
+call them directly against numpy: they share lm_sgemm's signature."""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable, Iterator
+
+from luminal.backends.cpu import toolchain
+
+NO_TRANS, TRANS = 111, 112
+I64 = ctypes.c_longlong
+
+
+def product_function(name: str) -> Callable[..., None]:
+    """`name` (lm_sgemm, lm_sgemm_rows) from a library that links the support units:
+    (ta, tb, m, n, k, a, lda, b, ldb, c, ldc, width, stride)."""
+    path = toolchain.build_shared([("probe", "int lm_probe(void) { return 0; }\n")], True)
+    function = getattr(toolchain.load(path), name)
+    pointer = ctypes.c_void_p
+    function.argtypes = [ctypes.c_int, ctypes.c_int, I64, I64, I64, pointer, I64, pointer, I64]
+    function.argtypes += [pointer, I64, I64, I64]
+    function.restype = None
+    return function
+
+
+def thread_setter() -> Iterator[Callable[[int], None]]:
+    """A fixture body: sets the OpenMP thread count per case and restores it after."""
+    original = toolchain.get_num_threads().openmp
+    yield toolchain.set_num_threads
+    toolchain.set_num_threads(original)
