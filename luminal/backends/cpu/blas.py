@@ -24,7 +24,7 @@ the packing loops and the renderer writes the C.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from luminal import ops
 from luminal.backends.cpu import gemv
@@ -117,6 +117,46 @@ def output_matrix(node: Node) -> OutputMatrix | None:
     )
 
 
+@dataclass
+class Packing:
+    """A product kernel's operands as matrices: each read in place where its buffer is
+    one (`_in_place`), else packed into a scratch matrix of `dtype`, whose allocation and
+    fill go to `prologue`, its free to `frees` and its bytes to `scratch`."""
+
+    graph: Graph
+    w: ValueLowering
+    batch: Sequence[int]
+    index: list[Expr]
+    batch_flat: Expr
+    materialised: set[int]
+    dtype: DType = F32
+    prologue: list[ir.Stmt] = field(default_factory=list)
+    frees: list[ir.Free] = field(default_factory=list)
+    scratch: list[Expr] = field(default_factory=list)
+
+    def operand(
+        self,
+        name: str,
+        edge: Edge,
+        rows: Sequence[int],
+        cols: Sequence[int],
+        size: tuple[Expr, Expr],
+    ) -> Operand:
+        w, batch, dtype = self.w, self.batch, self.dtype
+        operand = _in_place(
+            self.graph, w, edge, batch, self.index, rows, cols, self.materialised, dtype
+        )
+        if operand is not None:
+            return operand
+        fill, matrix, transposed, elements = _pack(w, edge, batch, rows, cols, name, dtype)
+        released = tuple(f.name for f in self.frees)
+        self.prologue += [ir.Alloc(name, dtype, elements, released), *fill]
+        self.frees.append(ir.Free(name))
+        self.scratch.append(elements * dtype.itemsize)
+        ld = size[0] if transposed else size[1]
+        return Operand(name, self.batch_flat * matrix, TRANS if transposed else NO_TRANS, ld)
+
+
 def blas_contract_kernel(
     graph: Graph, node: Node, materialised: set[int], dims: Sequence[str]
 ) -> KernelSource | None:
@@ -147,10 +187,8 @@ def sgemm_kernel(
     w.param(node.id)
     index = [w.loop_var(f"i{j}_", shape[d]) for j, d in enumerate(axes.batch)]
     batch_flat = flat_index(index, [shape[d] for d in axes.batch])
-    prologue: list[ir.Stmt] = []
-    frees: list[ir.Stmt] = []
+    packing = Packing(graph, w, axes.batch, index, batch_flat, materialised)
     operands = []
-    scratch: list[Expr] = []
     gather = _gather(graph, node, 0 if swap else 1, axes, col_axes, index)
     for side, (name, edge, rows, cols, size) in enumerate(
         (
@@ -160,17 +198,8 @@ def sgemm_kernel(
     ):
         if gather is not None and side == (0 if swap else 1):
             operands.append(Operand(w.param(gather[0].source), gather[1], NO_TRANS, ZERO))
-            continue
-        operand = _in_place(graph, w, edge, axes.batch, index, rows, cols, materialised)
-        if operand is None:
-            fill, matrix, transposed, elements = _pack(w, edge, axes.batch, rows, cols, name)
-            released = tuple(f.name for f in frees)  # type: ignore[attr-defined]
-            prologue += [ir.Alloc(name, F32, elements, released), *fill]
-            frees.append(ir.Free(name))
-            scratch.append(elements * 4)
-            ld = size[0] if transposed else size[1]
-            operand = Operand(name, batch_flat * matrix, TRANS if transposed else NO_TRANS, ld)
-        operands.append(operand)
+        else:
+            operands.append(packing.operand(name, edge, rows, cols, size))
     a, b = operands
     c_off = sum((i * out_strides[d] for i, d in zip(index, axes.batch, strict=True)), ZERO)
     first, second, rows_c, cols_c = (b, a, n, m) if swap else (a, b, m, n)
@@ -205,11 +234,11 @@ def sgemm_kernel(
         "sgemm",
         w.kernel_params(),
         tuple(dims),
-        (*prologue, *body, *frees),
+        (*packing.prologue, *body, *packing.frees),
         computed,
-        scratch=tuple(scratch),
+        scratch=tuple(packing.scratch),
         prelude=_prelude(rows_path) + (gather[2] if gather else ""),
-        reports_faults=bool(scratch) or gather is not None,
+        reports_faults=bool(packing.scratch) or gather is not None,
     )
 
 

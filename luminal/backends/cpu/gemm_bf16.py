@@ -17,12 +17,8 @@ from pathlib import Path
 
 from luminal.backends.cpu.blas import (
     FLIP,
-    NO_TRANS,
-    TRANS,
-    Operand,
-    _in_place,
+    Packing,
     _name,
-    _pack,
     output_matrix,
 )
 from luminal.dtype import DType
@@ -30,7 +26,7 @@ from luminal.graph import Graph, Node
 from luminal.kernel import ir
 from luminal.kernel.indexing import flat_index
 from luminal.kernel.values import ValueLowering
-from luminal.shape.expr import ZERO, Expr, sym
+from luminal.shape.expr import ZERO, sym
 
 BF16, F16 = DType.bfloat16, DType.float16
 NAME = "lm_gemm_bf16"
@@ -73,22 +69,9 @@ def half_kernel(
     w.param(node.id)
     index = [w.loop_var(f"i{j}_", shape[d]) for j, d in enumerate(axes.batch)]
     batch_flat = flat_index(index, [shape[d] for d in axes.batch])
-    prologue: list[ir.Stmt] = []
-    frees: list[ir.Stmt] = []
-    operands: list[Operand] = []
-    scratch: list[Expr] = []
+    packing = Packing(graph, w, axes.batch, index, batch_flat, materialised, dtype)
     sides = (("pa", a_edge, axes.m, axes.k, (m, k)), ("pb", b_edge, axes.k, axes.n, (k, n)))
-    for name, edge, rows, cols, size in sides:
-        operand = _in_place(graph, w, edge, axes.batch, index, rows, cols, materialised, dtype)
-        if operand is None:
-            fill, matrix, transposed, elements = _pack(w, edge, axes.batch, rows, cols, name, dtype)
-            released = tuple(f.name for f in frees)  # type: ignore[attr-defined]
-            prologue += [ir.Alloc(name, dtype, elements, released), *fill]
-            frees.append(ir.Free(name))
-            scratch.append(elements * 2)
-            ld = size[0] if transposed else size[1]
-            operand = Operand(name, batch_flat * matrix, TRANS if transposed else NO_TRANS, ld)
-        operands.append(operand)
+    operands = [packing.operand(*side) for side in sides]
     a, b = operands
     c_off = sum((i * out_strides[d] for i, d in zip(index, axes.batch, strict=True)), ZERO)
     first, second, rows_c, cols_c = (b, a, n, m) if swap else (a, b, m, n)
@@ -109,9 +92,9 @@ def half_kernel(
         "gemm_half",
         w.kernel_params(),
         tuple(dims),
-        (*prologue, *body, *frees),
+        (*packing.prologue, *body, *packing.frees),
         tuple(sorted({*w.nodes, node.id})),
-        scratch=tuple(scratch),
+        scratch=tuple(packing.scratch),
         prelude=PROTOTYPES[dtype],
-        reports_faults=bool(scratch),
+        reports_faults=bool(packing.scratch),
     )
