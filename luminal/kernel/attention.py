@@ -342,12 +342,7 @@ def _group_values(b: _Builder, first: Expr) -> list[ir.Stmt]:
 
         return body
 
-    groups = sym(b.ncols) // GROUP_UNROLL
-    rest = b.ncols - groups * GROUP_UNROLL
-    return [
-        b.loop("j0_", groups, "serial", keys(lambda j: j * GROUP_UNROLL, GROUP_UNROLL)),
-        b.loop("j0_", rest, "serial", keys(lambda j: groups * GROUP_UNROLL + j, 1)),
-    ]
+    return _key_steps(b, GROUP_UNROLL, keys)
 
 
 def _row(b: _Builder, i: Expr) -> list[ir.Stmt]:
@@ -486,11 +481,19 @@ def _weighted_values(b: _Builder, row: Expr) -> list[ir.Stmt]:
 
         return body
 
-    groups = sym(b.ncols) // UNROLL
-    rest = b.ncols - groups * UNROLL
+    return _key_steps(b, UNROLL, keys)
+
+
+def _key_steps(
+    b: _Builder, unroll: int, keys: Callable[[Callable[[Expr], Expr], int], Callable]
+) -> list[ir.Stmt]:
+    """The block's keys `unroll` at a time, then the rest one by one: `keys(first, count)`
+    is the body for the keys `first(j), first(j) + 1, ...` (count of them)."""
+    groups = sym(b.ncols) // unroll
+    rest = b.ncols - groups * unroll
     return [
-        b.loop("j0_", groups, "serial", keys(lambda j: j * UNROLL, UNROLL)),
-        b.loop("j0_", rest, "serial", keys(lambda j: groups * UNROLL + j, 1)),
+        b.loop("j0_", groups, "serial", keys(lambda j: j * unroll, unroll)),
+        b.loop("j0_", rest, "serial", keys(lambda j: groups * unroll + j, 1)),
     ]
 
 
