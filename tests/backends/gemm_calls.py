@@ -24,6 +24,18 @@ def product_function(name: str) -> Callable[..., None]:
     return function
 
 
+def gather_function() -> Callable[..., int]:
+    """lm_sgemm_gather: (ta, m, n, k, a, lda, source, axes, c, ldc, width, stride), B's
+    columns read through the (size, stride) axes table; returns an allocation fault."""
+    path = toolchain.build_shared([("probe", "int lm_probe(void) { return 0; }\n")], True)
+    function = toolchain.load(path).lm_sgemm_gather
+    function.restype = I64
+    pointer = ctypes.c_void_p
+    function.argtypes = [ctypes.c_int, I64, I64, I64, pointer, I64, pointer, pointer, pointer]
+    function.argtypes += [I64, I64, I64]
+    return function
+
+
 def thread_setter() -> Iterator[Callable[[int], None]]:
     """A fixture body: sets the OpenMP thread count per case and restores it after."""
     original = toolchain.get_num_threads().openmp

@@ -5,13 +5,16 @@ split-K path for a small output with a long K, on one and two threads."""
 
 from __future__ import annotations
 
-import ctypes
-
 import numpy as np
 import pytest
 
-from luminal.backends.cpu import toolchain
-from tests.backends.gemm_calls import I64, NO_TRANS, TRANS, product_function, thread_setter
+from tests.backends.gemm_calls import (
+    NO_TRANS,
+    TRANS,
+    gather_function,
+    product_function,
+    thread_setter,
+)
 
 
 @pytest.fixture(scope="module")
@@ -112,12 +115,7 @@ def test_gathered_columns_equal_im2col(sgemm, rng, images, channels, size, out, 
     """lm_sgemm_gather: a 3x3 convolution's columns read from the padded input through
     the (size, stride) axes table (stride 1: runs along image rows copied whole; stride
     2: element by element), output written as (image, channel, position)."""
-    path = toolchain.build_shared([("probe", "int lm_probe(void) { return 0; }\n")], True)
-    gather = toolchain.load(path).lm_sgemm_gather
-    gather.restype = I64
-    pointer = ctypes.c_void_p
-    gather.argtypes = [ctypes.c_int, I64, I64, I64, pointer, I64, pointer, pointer, pointer]
-    gather.argtypes += [I64, I64, I64]
+    gather = gather_function()
     padded = size + 2
     side = (padded - 3) // stride + 1
     positions, taps = side * side, channels * 9

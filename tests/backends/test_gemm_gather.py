@@ -11,20 +11,12 @@ import numpy as np
 import pytest
 
 from luminal.backends.cpu import toolchain
-
-NO_TRANS = 111
-I64 = ctypes.c_longlong
+from tests.backends.gemm_calls import I64, NO_TRANS, gather_function
 
 
 @pytest.fixture(scope="module")
 def gather():  # noqa: ANN201 - a ctypes function
-    path = toolchain.build_shared([("probe", "int lm_probe(void) { return 0; }\n")], True)
-    function = toolchain.load(path).lm_sgemm_gather
-    function.restype = I64
-    pointer = ctypes.c_void_p
-    function.argtypes = [ctypes.c_int, I64, I64, I64, pointer, I64, pointer, pointer, pointer]
-    function.argtypes += [I64, I64, I64]
-    return function
+    return gather_function()
 
 
 def convolve(gather, x: np.ndarray, w: np.ndarray, size: int, stride: int) -> np.ndarray:  # noqa: ANN001
