@@ -20,6 +20,7 @@ from luminal.onnx.ops import (
     optional,
     pool_index,
     quantize,
+    random,
     recurrent,
     reductions,
     resize,
@@ -55,6 +56,7 @@ RULES: dict[str, Rule] = {
     **quantize.RULES,
     **sequence.RULES,
     **value_shaped.RULES,
+    **random.RULES,
 }
 
 DOMAIN_RULES: dict[tuple[str, str], Rule] = {
