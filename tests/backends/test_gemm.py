@@ -46,8 +46,8 @@ def reference(a: np.ndarray, b: np.ndarray, ta: int, tb: int) -> np.ndarray:
     return a.astype(np.float64) @ b.astype(np.float64)
 
 
-# (m, n, k): edge tiles along each dim; K over two packed blocks of 256 and a rest; the
-# first two are below the packed kernel's threshold (BLAS), the last splits K
+# (m, n, k): edge tiles along each dim; K over two blocks (600: two of 300); the first
+# two are below the packed kernel's threshold (BLAS), the last splits K
 SHAPES = [(5, 7, 3), (9, 50, 40), (17, 97, 300), (64, 200, 129), (40, 49, 600), (5, 7, 5000)]
 
 
@@ -62,6 +62,22 @@ def test_products_equal_numpy(sgemm, threads, rng, shape, count) -> None:  # noq
             b = rng.uniform(-1, 1, (n, k) if tb == TRANS else (k, n)).astype(np.float32)
             got = product(sgemm, a, b, ta, tb, pad=3)
             np.testing.assert_allclose(got, reference(a, b, ta, tb), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("count", [1, 2])
+@pytest.mark.parametrize(("m", "k"), [(203, 1000), (64, 384), (13, 769)])
+def test_rows_of_a_read_in_place(sgemm, threads, rng, count: int, m: int, k: int) -> None:  # noqa: ANN001
+    """A (not transposed) is read where it lies, rows `lda` apart with lda wider than K,
+    its last partial row panel packed; K in equal blocks (1000: 334 + 334 + 332, 769:
+    257 + 257 + 255), C's later blocks added to the first."""
+    threads(count)
+    a_wide = rng.uniform(-1, 1, (m, k + 5)).astype(np.float32)
+    b = rng.uniform(-1, 1, (k, 100)).astype(np.float32)
+    c = np.full((m, 100), 7.0, np.float32)
+    sgemm(NO_TRANS, NO_TRANS, m, 100, k, a_wide.ctypes.data, k + 5, b.ctypes.data, 100,
+          c.ctypes.data, 100, 100, 0)  # fmt: skip
+    expected = a_wide[:, :k].astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(c, expected, rtol=1e-4, atol=1e-4)
 
 
 def test_empty_k_writes_zeros(sgemm) -> None:  # noqa: ANN001

@@ -29,7 +29,9 @@ void LM_BLAS_SGEMM(int, int, int, int, int, int, float, const float*, int, const
 #define LM_NV 2 /* 6 x 16 floats: 12 of the 16 vector registers */
 #endif
 #define LM_NR (LM_VW * LM_NV)
-#define LM_KC 256                /* K per packed block: a tile's A panel stays in L1 */
+#define LM_KC 384 /* K per block at most, blocks of equal size: a K of 384 (MiniLM) is one
+                     block, C written once (blocks of 256 + 128 read C back: 4096 x 1536 x
+                     384 21.4-22.5 -> 19.8-20.1 ms), a task's B block (8 panels) in L2 */
 #define LM_TASK_PANELS 8         /* at most 8 column panels per task (B block in L2) */
 #define LM_MIN_WORK (1LL << 18)  /* below m * n * k of this, the BLAS call is as fast */
 #define LM_MIN_ROWS 4 /* from 4 rows (a tile's rows past m are zeros) faster than MKL: 6 x
@@ -63,12 +65,12 @@ static inline float* lm_out_at(const lm_out* out, long long i, long long j)
     return out->c + i * out->ldc + j / out->width * out->stride + j % out->width;
 }
 
-/* C tile at (i, j) (rows x cols of MR x NR) = (or +=, when add) A panel (kc x MR) times
-   B panel (kc x NR): packed (row p at bp + p * NR), or with `rows_at` read in place (row
-   p at bp + rows_at[p]) */
-static void lm_gemm_tile(long long kc, const float* restrict ap, const float* restrict bp,
-                         const long long* restrict rows_at, const lm_out* out, long long i,
-                         long long j, int rows, int cols, int add)
+/* lm_gemm_tile's body, A's element (p, r) at ap[p * a_step + r * a_ld]: inlined once per
+   A layout, so that each loop's addressing is fixed */
+static inline __attribute__((always_inline)) void lm_tile_body(
+    long long kc, const float* restrict ap, long long a_step, long long a_ld,
+    const float* restrict bp, const long long* restrict rows_at, const lm_out* out, long long i,
+    long long j, int rows, int cols, int add)
 {
     lm_vec acc[LM_MR][LM_NV];
     for (int r = 0; r < LM_MR; r++)
@@ -78,7 +80,7 @@ static void lm_gemm_tile(long long kc, const float* restrict ap, const float* re
         lm_vec b[LM_NV];
         for (int v = 0; v < LM_NV; v++) b[v] = lm_vload(row + v * LM_VW);
         for (int r = 0; r < LM_MR; r++) {
-            const float a = ap[p * LM_MR + r];
+            const float a = ap[p * a_step + r * a_ld];
             for (int v = 0; v < LM_NV; v++) acc[r][v] += a * b[v];
         }
     }
@@ -103,6 +105,22 @@ static void lm_gemm_tile(long long kc, const float* restrict ap, const float* re
             for (int e = 0; e < run; e++) q[e] = add ? q[e] + tile[r][x + e] : tile[r][x + e];
         x += run;
     }
+}
+
+/* C tile at (i, j) (rows x cols of MR x NR) = (or +=, when add) A panel times B panel
+   (kc x NR): packed (row p at bp + p * NR), or with `rows_at` read in place (row p at
+   bp + rows_at[p]). The A panel is packed (kc x MR, `a_ld` 0) or A's rows read where they
+   lie, `a_ld` apart (element (p, r) at ap[r * a_ld + p]): a broadcast reads one float
+   either way, and packing A cost more than it saved (1 thread, 4096 x 384 x 1536:
+   23.2-23.7 -> 20.4-20.8 ms read in place). */
+static void lm_gemm_tile(long long kc, const float* restrict ap, long long a_ld,
+                         const float* restrict bp, const long long* restrict rows_at,
+                         const lm_out* out, long long i, long long j, int rows, int cols, int add)
+{
+    if (a_ld)
+        lm_tile_body(kc, ap, 1, a_ld, bp, rows_at, out, i, j, rows, cols, add);
+    else
+        lm_tile_body(kc, ap, LM_MR, 1, bp, rows_at, out, i, j, rows, cols, add);
 }
 
 /* element (i, p) of op(X) for X row-major with leading dimension ld */
@@ -316,8 +334,13 @@ static int lm_gemm(int ta, long long m, long long n, long long k, const float* a
 {
     const long long m_panels = (m + LM_MR - 1) / LM_MR, n_panels = (n + LM_NR - 1) / LM_NR;
     const long long k_blocks = (k + LM_KC - 1) / LM_KC, mp = m_panels * LM_MR;
-    /* all of op(A), packed once: block q (K from q * KC) holds its panels one after another */
-    float* ap = (float*)malloc((size_t)(mp * k) * sizeof(float));
+    const long long kb = (k + k_blocks - 1) / k_blocks; /* K per block (the last: the rest) */
+    /* A's full row panels are read in place when its rows lie along K; the others (all of
+       op(A) when transposed) are packed once: block q (K from q * kb) holds them one after
+       another */
+    const int a_in_place = ta == LM_NO_TRANS;
+    const long long packed_from = a_in_place ? m / LM_MR : 0; /* first packed panel */
+    float* ap = (float*)malloc((size_t)((mp - packed_from * LM_MR) * k + 1) * sizeof(float));
     if (!ap) return 1;
     const int threads = omp_get_max_threads();
     /* tasks: column chunks of TASK_PANELS panels (each packed A panel then serves that
@@ -333,13 +356,14 @@ static int lm_gemm(int ta, long long m, long long n, long long k, const float* a
     #pragma omp parallel num_threads(threads) if (threads > 1 && tasks > 1) reduction(| : failed)
     {
         #pragma omp for schedule(static)
-        for (long long t = 0; t < k_blocks * m_panels; t++) {
-            const long long q = t / m_panels, panel = t % m_panels;
-            const long long p0 = q * LM_KC, kc = k - p0 < LM_KC ? k - p0 : LM_KC;
-            lm_pack_a(ta, a, lda, m, panel * LM_MR, p0, kc, ap + p0 * mp + panel * LM_MR * kc);
+        for (long long t = 0; t < k_blocks * (m_panels - packed_from); t++) {
+            const long long q = t / (m_panels - packed_from);
+            const long long panel = packed_from + t % (m_panels - packed_from);
+            const long long p0 = q * kb, kc = k - p0 < kb ? k - p0 : kb;
+            lm_pack_a(ta, a, lda, m, panel * LM_MR, p0, kc,
+                      ap + p0 * (mp - packed_from * LM_MR) + (panel - packed_from) * LM_MR * kc);
         }
-        const long long kcmax = k < LM_KC ? k : LM_KC;
-        float* bp = (float*)malloc((size_t)(chunk * LM_NR * kcmax) * sizeof(float));
+        float* bp = (float*)malloc((size_t)(chunk * LM_NR * kb) * sizeof(float));
         failed |= bp == 0;
         long long rows_at[LM_KC];
         const float* direct[LM_TASK_PANELS];
@@ -350,7 +374,7 @@ static int lm_gemm(int ta, long long m, long long n, long long k, const float* a
             const long long last = first + chunk < n_panels ? first + chunk : n_panels;
             const long long i0 = m_panels * part / m_parts, i1 = m_panels * (part + 1) / m_parts;
             for (long long q = 0; q < k_blocks; q++) {
-                const long long p0 = q * LM_KC, kc = k - p0 < LM_KC ? k - p0 : LM_KC;
+                const long long p0 = q * kb, kc = k - p0 < kb ? k - p0 : kb;
                 const int rows_known = lm_b_rows(in, p0, kc, rows_at);
                 const int in_place = rows_known && m_panels <= LM_DIRECT_PANELS;
                 for (long long jp = first; jp < last; jp++) {
@@ -361,11 +385,16 @@ static int lm_gemm(int ta, long long m, long long n, long long k, const float* a
                 }
                 for (long long ip = i0; ip < i1; ip++) {
                     const long long rows = m - ip * LM_MR < LM_MR ? m - ip * LM_MR : LM_MR;
-                    const float* panel = ap + p0 * mp + ip * LM_MR * kc;
+                    const int direct_a = ip < packed_from;
+                    const float* panel =
+                        direct_a ? a + ip * LM_MR * lda + p0
+                                 : ap + p0 * (mp - packed_from * LM_MR) +
+                                       (ip - packed_from) * LM_MR * kc;
                     for (long long jp = first; jp < last; jp++) {
                         const long long cols = n - jp * LM_NR < LM_NR ? n - jp * LM_NR : LM_NR;
                         const float* b = direct[jp - first];
-                        lm_gemm_tile(kc, panel, b ? b : bp + (jp - first) * LM_NR * kc,
+                        lm_gemm_tile(kc, panel, direct_a ? lda : 0,
+                                     b ? b : bp + (jp - first) * LM_NR * kc,
                                      b ? rows_at : 0, out, ip * LM_MR, jp * LM_NR, (int)rows,
                                      (int)cols, q > 0);
                     }
