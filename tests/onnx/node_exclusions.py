@@ -16,13 +16,6 @@ EXCLUDED: dict[str, list[str]] = {
         "test_bitcast_int64_to_float64",
         "test_bitcast_uint32_to_int32",
     ],
-    (
-        "float16 attention: luminal computes in float32 and rounds once; the reference "
-        "rounds every step, two elements differ by one float16 ulp (> rtol 1e-3)"
-    ): [
-        "test_attention_4d_causal_fp16",
-        "test_attention_4d_causal_fp16_expanded",
-    ],
     ("ImageDecoder: decodes image files, out of scope"): [
         "test_image_decoder_decode_bmp_rgb",
         "test_image_decoder_decode_jpeg2k_rgb",

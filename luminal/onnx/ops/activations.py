@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from luminal.dtype import bool_, int32
+from luminal.dtype import bfloat16, bool_, float16, float32, int32
 from luminal.onnx.context import NodeContext
 from luminal.onnx.ops.common import axis_of
 from luminal.tensor import GraphTensor
@@ -77,11 +77,27 @@ def _hardmax(x: GraphTensor, axis: int) -> GraphTensor:
     return positions.eq(index).cast(x.dtype)
 
 
+def _half_softmax(x: GraphTensor, axis: int) -> GraphTensor:
+    """Softmax of a float16/bfloat16 tensor as ONNX defines it (its function body
+    ReduceMax, Sub, Exp, ReduceSum, Div, every value in the input's type): computed in
+    float32, rounded to that type where the body's values are, as the reference does."""
+    half = x.dtype
+
+    def rounded(t: GraphTensor) -> GraphTensor:
+        return t.cast(half).cast(float32)
+
+    wide = x.cast(float32)
+    exps = rounded(rounded(wide - wide.max(axis, keepdim=True)).exp())
+    return (exps * rounded(exps.sum(axis, keepdim=True)).reciprocal()).cast(half)
+
+
 def _softmax_rule(name: str) -> Rule:
     def rule(ctx: NodeContext) -> GraphTensor:
         x = ctx.tensor(0)
         if name == "Hardmax":
             return _coerced(ctx, x, _hardmax)
+        if name == "Softmax" and x.dtype in (float16, bfloat16):
+            return _coerced(ctx, x, _half_softmax)
         method = "softmax" if name == "Softmax" else "log_softmax"
         result = _coerced(ctx, x, lambda t, a: getattr(t, method)(a))
         return result.cast(x.dtype)
