@@ -94,6 +94,21 @@ class Communicator:
         same order."""
         return np.empty(size, np.float32)
 
+    def peers(self, array: np.ndarray) -> list[np.ndarray] | None:
+        """Every rank's array of a bucket that `bucket()` made, in rank order, when this
+        rank can read the others' directly (ranks sharing memory); None otherwise. Read
+        them only between two `fence(array)` calls that every rank makes."""
+        return None
+
+    def fence(self, array: np.ndarray, timeout: float | None = None, op: str = "fence") -> None:
+        """A barrier after which every rank's writes to its `bucket()` array before it
+        are visible to every rank that reads it through `peers()`. `op` names it in
+        errors (the data-parallel step calls it "all_reduce": it is that collective's
+        synchronization, the sum being done by the reader)."""
+        self._usable(op)
+        if self.world_size > 1:
+            self._fence(array, self._timeout(timeout), op)
+
     def close(self) -> None:
         """Release what the backend holds; collectives raise afterwards."""
         self.broken = self.broken or "the group was shut down"
@@ -113,6 +128,9 @@ class Communicator:
 
     def _barrier(self, timeout: float) -> None:
         raise NotImplementedError
+
+    def _fence(self, array: np.ndarray, timeout: float, op: str) -> None:
+        self._barrier(timeout)
 
     # ---------------------------------------------------------------- shared helpers
     def _timeout(self, timeout: float | None) -> float:

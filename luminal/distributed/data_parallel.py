@@ -1,14 +1,24 @@
 """What `TrainStep(..., data_parallel=True)` adds to a training step.
 
 Each rank runs the same graph on its shard of the global batch. One Python `Function`
-node takes the gradients and the loss, joined in one flat float32 bucket, and
-all-reduces (sums) it in place; the optimizer reads the gradients back out of its
-output by views, divided by the world size. On the CPU runtime the bucket is a "bucket Function"
-(luminal/backends/cpu/buckets.py): the backward kernels write the gradients into it
-directly, so nothing is copied around the all-reduce. So a step is still one `execute()`, with one
-collective, and every rank applies the same update to the same parameters: optimizer
-state stays identical without ever being sent. Before training, the ranks check that
-they built the same parameters and take rank 0's values.
+node takes the gradients and the loss, joined in one flat float32 bucket; on the CPU
+runtime it is a "bucket Function" (luminal/backends/cpu/buckets.py): the backward
+kernels write the gradients into it directly, so nothing is copied. Every rank applies
+the same update to the same parameters, so optimizer state stays identical without ever
+being sent. Before training, the ranks check that they built the same parameters and
+take rank 0's values. Two ways to sum the buckets, chosen by the communicator:
+
+- ranks sharing memory (MPI on one machine: `Communicator.peers`): the bucket is this
+  rank's part of a shared window and the other ranks' buckets are graph inputs. The
+  Function only fences (a barrier that orders memory); the optimizer's kernels read
+  every rank's bucket and sum them in rank order where they read the gradient, so
+  there is no reduction pass and no rank writes another's memory. A second fence after
+  the run keeps a rank from overwriting its bucket while a peer still reads it.
+- otherwise the Function all-reduces (sums) the bucket in place and the optimizer reads
+  the gradients back out of its output by views.
+
+Either way the gradients are divided by the world size where the optimizer reads them
+(fused into its kernels), and a step is still one `execute()`.
 """
 
 from __future__ import annotations
@@ -32,7 +42,7 @@ LABEL = "all_reduce gradients (data parallel)"
 
 
 class GradientBucket:
-    """The callable of the all-reduce Function node. It communicates only while `active`
+    """The callable of the bucket Function node. It communicates only while `active`
     (TrainStep sets it around the runs that apply an optimizer step), so compiling,
     verifying and the non-final micro-batches of an accumulation never communicate.
     `weight` scales this rank's contribution when shards are uneven; the averaged loss
@@ -40,8 +50,10 @@ class GradientBucket:
 
     A bucket callable (luminal/backends/cpu/buckets.py): the CPU runtime points the
     gradient buffers into `buffer()`, so the backward kernels write the gradients
-    straight into the flat array that `reduce` all-reduces in place; other runtimes
-    call it with the gradients and get the joined, reduced copy."""
+    straight into the flat array that `reduce` works on; other runtimes call it with
+    the gradients. With `peers` (every rank's bucket, ranks sharing memory) the
+    Function's output is this rank's weighted contribution, left in its shared bucket
+    for the peers; otherwise it is the sum over the ranks."""
 
     bucket = True
 
@@ -51,6 +63,8 @@ class GradientBucket:
         self.weight = 1.0
         self.loss = float("nan")
         self._flat = np.empty(0, np.float32)
+        self.peers: list[np.ndarray] | None = None
+        self.peer_inputs: list[tuple[int, np.ndarray]] = []  # graph input -> a peer's bucket
 
     def __deepcopy__(self, memo: dict) -> GradientBucket:
         """A copied graph (the compiler's reference copy) shares the bucket: it holds
@@ -59,8 +73,10 @@ class GradientBucket:
 
     def reserve(self, size: int) -> None:
         """Make the bucket's array, where the communicator's all-reduce of it is cheapest
-        (a collective: every rank builds its TrainStep at the same point)."""
+        (a collective: every rank builds its TrainStep at the same point), and learn
+        whether the peers' buckets can be read directly."""
         self._flat = self.communicator.bucket(size)
+        self.peers = self.communicator.peers(self._flat)
 
     def buffer(self, size: int) -> np.ndarray:
         """The flat float32 array the gradients and the loss live in."""
@@ -68,42 +84,87 @@ class GradientBucket:
             self._flat = np.empty(size, np.float32)
         return self._flat
 
+    def connect(self, graph: Graph) -> None:
+        """Point the peers' bucket inputs at the peers' shared arrays. Done after
+        compiling: the compiler's verification runs read private zeros instead, as the
+        peers may be writing their buckets meanwhile."""
+        for node_id, array in self.peer_inputs:
+            graph.input_data[node_id] = array
+
     def reduce(self, flat: np.ndarray) -> None:
-        """On an optimizer step, sum the filled bucket over the ranks in place (the
-        graph divides the gradients by the world size where the optimizer reads them,
-        which costs no pass of its own)."""
+        """On an optimizer step, sum the filled bucket over the ranks in place or, with
+        `peers`, fence so the peers can read it (the graph divides the gradients by the
+        world size where the optimizer reads them, which costs no pass of its own)."""
         if not self.active:
             return
         if self.weight != 1.0:
             flat *= np.float32(self.weight)
-        self.communicator.all_reduce(flat, "sum")
-        self.loss = float(flat[-1]) / self.communicator.world_size
+        world_size = self.communicator.world_size
+        if self.peers is None:
+            self.communicator.all_reduce(flat, "sum")
+            self.loss = float(flat[-1]) / world_size
+            return
+        self.communicator.fence(flat, op="all_reduce")
+        loss = self.peers[0][-1]
+        for array in self.peers[1:]:
+            loss = loss + array[-1]  # float32, in rank order (as the all-reduce sums)
+        self.loss = float(loss) / world_size
+
+    def settle(self) -> None:
+        """After a run that read the peers' buckets: wait until every rank has read
+        them, so that none writes its bucket again before the others are done."""
+        if self.peers is not None:
+            self.communicator.fence(self._flat, op="all_reduce")
 
     def __call__(self, *pieces: np.ndarray) -> np.ndarray:
-        """The gradients and the loss joined into a new flat float32 array and reduced."""
+        """The gradients and the loss joined into a flat float32 array, reduced (with
+        `peers`: left in this rank's shared bucket for the peers to read)."""
         flat = np.concatenate([np.asarray(p, np.float32).reshape(-1) for p in pieces])
-        self.reduce(flat)
-        return flat
+        if self.peers is None:
+            self.reduce(flat)
+            return flat
+        shared = self.buffer(flat.size)
+        shared[...] = flat
+        self.reduce(shared)
+        return shared.copy()
 
 
 def averaged(
     graph: Graph, grads: Sequence[GraphTensor], loss: GraphTensor, bucket: GradientBucket
 ) -> list[GraphTensor]:
     """`grads` averaged over the ranks: the gradients and the loss go into one Function
-    node whose output is them joined in one flat bucket, summed over the ranks in place
-    (on the CPU runtime the backward writes them there directly); the gradients are
-    read back out of its output as float32 views divided by the world size (fused into
-    the optimizer's kernels)."""
+    node whose output is them joined in one flat bucket (on the CPU runtime the backward
+    writes them there directly), summed over the ranks in place, or, when the ranks
+    share memory, summed where the optimizer reads them from every rank's bucket (the
+    peers' are graph inputs; `bucket.connect` points them at the peers' arrays). The
+    gradients are read as float32 views divided by the world size (fused into the
+    optimizer's kernels)."""
     total = sum(_numel(g) for g in grads) + 1
     bucket.reserve(total)
     inputs = [*grads, loss]
     reduced = graph.add_node(ops.Function(LABEL, bucket), inputs, (total,), float32)
-    world_size = bucket.communicator.world_size
+    communicator = bucket.communicator
+    world_size = communicator.world_size
+    sources = [reduced]
+    if bucket.peers is not None:
+        sources = []
+        for rank, array in enumerate(bucket.peers):
+            if rank == communicator.rank:
+                sources.append(reduced)
+                continue
+            peer = graph.tensor((total,), dtype=float32, name=f"rank {rank} gradient bucket")
+            peer.set(np.zeros(total, np.float32))
+            bucket.peer_inputs.append((peer.node_id, array))
+            sources.append(peer)
     out, offset = [], 0
     for grad in grads:
         size = _numel(grad)
-        view = reduced[offset : offset + size].reshape(tuple(int(d) for d in grad.shape))
-        out.append(view * (1.0 / world_size) if world_size > 1 else view)
+        shape = tuple(int(d) for d in grad.shape)
+        views = [source[offset : offset + size].reshape(shape) for source in sources]
+        summed = views[0]
+        for view in views[1:]:
+            summed = summed + view  # in rank order: every rank computes the same bits
+        out.append(summed * (1.0 / world_size) if world_size > 1 else summed)
         offset += size
     return out
 

@@ -64,13 +64,28 @@ class MPICommunicator(Communicator):
         self.shared[shared.array.ctypes.data] = shared
         return shared.array
 
-    def _all_reduce(self, array: np.ndarray, op: str, timeout: float) -> None:
+    def peers(self, array: np.ndarray) -> list[np.ndarray] | None:
+        shared = self._shared(array)
+        return None if shared is None else list(shared.arrays)
+
+    def _fence(self, array: np.ndarray, timeout: float, op: str) -> None:
+        shared = self._shared(array)
+        barrier = lambda: self._wait(op, self.comm.Ibarrier(), timeout)  # noqa: E731
+        if shared is None:
+            barrier()
+        else:
+            shared.fence(barrier)
+
+    def _shared(self, array: np.ndarray) -> SharedBucket | None:
+        """The shared window `array` is this rank's whole part of, if any."""
         shared = self.shared.get(array.ctypes.data)
-        if (
-            shared is not None
-            and (array.size, array.dtype) == (shared.array.size, np.float32)
-            and op in ("sum", "avg")
-        ):
+        if shared is None or (array.size, array.dtype) != (shared.array.size, np.float32):
+            return None
+        return shared
+
+    def _all_reduce(self, array: np.ndarray, op: str, timeout: float) -> None:
+        shared = self._shared(array)
+        if shared is not None and op in ("sum", "avg"):
             shared.all_reduce(op, lambda: self._wait("all_reduce", self.comm.Ibarrier(), timeout))
             return
         MPI = self.MPI

@@ -45,7 +45,7 @@ class SharedBucket:
     def all_reduce(self, op: str, barrier: Callable[[], None]) -> None:
         """Sum ("sum" or "avg") every rank's array into all of them; `barrier()` waits
         for every rank (raising on a timeout or a peer's failure)."""
-        self._synchronized(barrier)
+        self.fence(barrier)
         chunk = self.chunk
         parts = [array[chunk] for array in self.arrays]
         total = parts[self.rank] if self.rank < 2 else self.scratch  # never an unread part
@@ -57,9 +57,11 @@ class SharedBucket:
         for part in parts:
             if part is not total:
                 part[...] = total
-        self._synchronized(barrier)
+        self.fence(barrier)
 
-    def _synchronized(self, barrier: Callable[[], None]) -> None:
+    def fence(self, barrier: Callable[[], None]) -> None:
+        """`barrier()` with the window synchronized on both sides: every rank's stores
+        before it are visible to every rank's loads after it."""
         self.window.Sync()
         barrier()
         self.window.Sync()

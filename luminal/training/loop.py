@@ -113,6 +113,8 @@ class TrainStep:
         self.broadcast_state()
         if compiler is not None:
             graph.compile(backends.compiler(compiler))
+        if self._bucket is not None:
+            self._bucket.connect(graph)
         self.micro_step = 0  # calls so far
         self.optimizer_steps = 0  # optimizer steps taken or skipped (on an overflow)
         self.skipped_steps = 0
@@ -328,6 +330,8 @@ def _execute_reducing(graph: Graph, bucket: GradientBucket, last: bool) -> None:
     bucket.active = last
     try:
         graph.execute()
+        if last:
+            bucket.settle()
     except ExecutionError as error:
         if isinstance(error.__cause__, DistributedError):
             raise error.__cause__ from None

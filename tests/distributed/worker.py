@@ -38,6 +38,12 @@ def collectives() -> dict[str, np.ndarray]:
     for op in ("sum", "avg"):
         bucket[...] = workloads.rank_array(rank).reshape(-1)
         out[f"bucket_{op}"] = dist.all_reduce(bucket, op=op).reshape(4, 3).copy()
+    bucket[...] = workloads.rank_array(rank).reshape(-1)
+    dist.current().fence(bucket)  # then MPI on one machine reads the peers' buckets directly
+    peers = dist.current().peers(bucket)
+    seen = np.stack(peers) if peers is not None else dist.all_gather(bucket)
+    out["bucket_peers"] = seen.reshape(-1, 4, 3).copy()
+    dist.current().fence(bucket)  # every rank has read them before any writes its bucket
     dist.barrier()
     return out
 
@@ -48,6 +54,10 @@ def train(out: dict[str, np.ndarray]) -> None:
         out[f"{name}_losses"] = result["losses"]
         for index, param in enumerate(result["params"]):
             out[f"{name}_param{index}"] = param
+    result = workloads.train("sgd", True, None, seed=dist.rank())  # the reference runtime
+    out["reference_sgd_losses"] = result["losses"]
+    for index, param in enumerate(result["params"]):
+        out[f"reference_sgd_param{index}"] = param
 
 
 def fail(how: str) -> None:

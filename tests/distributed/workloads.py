@@ -103,6 +103,7 @@ def expected_collectives(world_size: int) -> dict[str, np.ndarray]:
         "reduce_scatter": None if chunk == 0 else total,  # sliced per rank by the test
         "bucket_sum": total,  # Communicator.bucket(): MPI all-reduces it in shared memory
         "bucket_avg": total / np.float32(world_size),
+        "bucket_peers": np.stack(arrays),  # every rank's bucket, read after a fence
     }
 
 
