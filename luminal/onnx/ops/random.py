@@ -13,7 +13,6 @@ draws on the host at every run. Unseeded ops (fresh values per run) are rejected
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -48,40 +47,30 @@ def _like(ctx: NodeContext) -> tuple[tuple[int, ...], np.dtype]:
     return shape, dtypes.numpy_dtype(ctx.attr("dtype") or elem)
 
 
-def _uniform(state: np.random.RandomState, shape: Any, dtype: np.dtype, ctx: NodeContext):
-    res = state.rand(*shape).astype(dtype)
-    res *= ctx.attr("high", 1.0) - ctx.attr("low", 0.0)
-    res += ctx.attr("low", 0.0)
+def _draw(ctx: NodeContext, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """The reference's values, in its order of operations: from a fresh
+    RandomState(seed), `rand` scaled to [low, high) or `randn` scaled and shifted,
+    rounded to the output type before the scaling and after it."""
+    state = np.random.RandomState(_seed(ctx))
+    if ctx.node.op_type.startswith("RandomUniform"):
+        res = state.rand(*shape).astype(dtype)
+        res *= ctx.attr("high", 1.0) - ctx.attr("low", 0.0)
+        res += ctx.attr("low", 0.0)
+    else:
+        res = state.randn(*shape).astype(dtype)
+        res *= ctx.attr("scale", 1.0)
+        res += ctx.attr("mean", 0.0)
     return res.astype(dtype)
 
 
-def _normal(state: np.random.RandomState, shape: Any, dtype: np.dtype, ctx: NodeContext):
-    res = state.randn(*shape).astype(dtype)
-    res *= ctx.attr("scale", 1.0)
-    res += ctx.attr("mean", 0.0)
-    return res.astype(dtype)
+def _generator(ctx: NodeContext) -> np.ndarray:
+    """RandomUniform/RandomNormal: the `shape` attribute, float32 unless `dtype` says."""
+    shape = tuple(int(d) for d in ctx.attr("shape"))
+    return _draw(ctx, shape, dtypes.numpy_dtype(ctx.attr("dtype", 1)))
 
 
-def _random_uniform(ctx: NodeContext) -> np.ndarray:
-    dtype = dtypes.numpy_dtype(ctx.attr("dtype", 1))
-    return _uniform(np.random.RandomState(_seed(ctx)), ctx.attr("shape"), dtype, ctx)
-
-
-def _random_uniform_like(ctx: NodeContext) -> np.ndarray:
-    seed = _seed(ctx)
-    shape, dtype = _like(ctx)
-    return _uniform(np.random.RandomState(seed), shape, dtype, ctx)
-
-
-def _random_normal(ctx: NodeContext) -> np.ndarray:
-    dtype = dtypes.numpy_dtype(ctx.attr("dtype", 1))
-    return _normal(np.random.RandomState(_seed(ctx)), ctx.attr("shape"), dtype, ctx)
-
-
-def _random_normal_like(ctx: NodeContext) -> np.ndarray:
-    seed = _seed(ctx)
-    shape, dtype = _like(ctx)
-    return _normal(np.random.RandomState(seed), shape, dtype, ctx)
+def _generator_like(ctx: NodeContext) -> np.ndarray:
+    return _draw(ctx, *_like(ctx))
 
 
 @dataclass(frozen=True)
@@ -111,9 +100,9 @@ def _bernoulli(ctx: NodeContext) -> np.ndarray | GraphTensor:
 
 
 RULES = {
-    "RandomUniform": _random_uniform,
-    "RandomUniformLike": _random_uniform_like,
-    "RandomNormal": _random_normal,
-    "RandomNormalLike": _random_normal_like,
+    "RandomUniform": _generator,
+    "RandomUniformLike": _generator_like,
+    "RandomNormal": _generator,
+    "RandomNormalLike": _generator_like,
     "Bernoulli": _bernoulli,
 }
