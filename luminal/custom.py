@@ -51,7 +51,11 @@ mapping holding "c" needs no `reference=` (the C is the oracle).
 on contiguous arrays in their storage dtypes, returning the output): the oracle the
 compiled C is then checked against (luminal.quant's packed-weight kernels use it).
 Make it picklable and hashable (a frozen dataclass with `__call__`), as it travels
-with the graph node.
+with the graph node. A reference with a true `step_function` attribute says its output
+is a step function of its float inputs (rounding them, as luminal.quant's 8-bit
+activations do), where a one-ulp difference upstream may move it past any float
+tolerance: CPUCompiler's check then runs it on the compiled program's own inputs, after
+checking those against the reference's (luminal/backends/cpu/verify.py).
 """
 
 from __future__ import annotations

@@ -192,8 +192,9 @@ def load_gguf_model(
 ) -> Any:
     """The model a GGUF file holds, its Q8_0/Q4_0/Q4_K/Q6_K matrices kept packed in the
     memory-mapped file. `quantized_activations`: decode (and, for Q8_0/Q4_0, prefill)
-    with llama.cpp's 8-bit activations and integer dot products (not a function the
-    compile-time check can compare closely: compile with `lm.CPUCompiler(verify=False)`).
+    with llama.cpp's 8-bit activations and integer dot products (a step function of the
+    activations: CPUCompiler's check runs those matmuls on the compiled program's own
+    inputs, `QuantMatmul.step_function`).
     The file's embedded vocabulary, if any, becomes `model.tokenizer`
     (`luminal.quant.tokenizer`). On any error the graph is left as it was."""
     graph = Graph() if graph is None else graph

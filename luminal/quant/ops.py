@@ -117,7 +117,8 @@ def quant_matmul(
     8 (`quantized_activations`, llama.cpp's Q8) to one. Integer activations are a step
     function of the input: a float difference of one ulp upstream can flip a rounding
     and move an output by ~1/32512 (16 bits) or ~1/127 (8 bits) of a block's largest
-    term, far inside CPUCompiler's check for 16 bits, not for 8."""
+    term: far inside CPUCompiler's check for 16 bits; for 8 the check runs the node's
+    reference on the compiled program's own x (`QuantMatmul.step_function`)."""
     fmt = block_format(kind)
     n, k = int(packed.shape[0]), int(x.shape[-1])
     what = f"quant_matmul({fmt.name}, n={n}, k={k})"

@@ -79,6 +79,15 @@ class QuantMatmul:
         out = rounded_activations(rows, bits) @ weight.astype(np.float64).T
         return out.astype(np.float32).reshape(*x.shape[:-1], self.n)
 
+    @property
+    def step_function(self) -> bool:
+        """8-bit activations (llama.cpp's Q8 rounding) on either path: a one-ulp float
+        difference in x can flip a rounding and move an output by ~1/127 of a block's
+        largest term, so CPUCompiler's check runs this reference on the compiled
+        program's own x (luminal/backends/cpu/verify.py). 16-bit rounding moves it by
+        ~1/32512, inside the check's tolerance: compared end to end like any node."""
+        return 8 in (self.activation_bits, self.prefill_bits)
+
 
 @dataclass(frozen=True)
 class PackedRows:

@@ -22,6 +22,7 @@ import ctypes
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -147,6 +148,24 @@ class RunPlan:
     output_of: dict[int, int] = field(default_factory=dict)  # id(output array) -> node id
     retired: dict[int, np.ndarray] = field(default_factory=dict)  # node -> array handed over
     buckets: dict[int, np.ndarray] = field(default_factory=dict)  # bucket node -> its array
+
+
+# Reads a buffer of the run in progress by node id (a copy; a graph input's own array):
+# what a `Watch` is given
+ReadBuffer = Callable[[int], np.ndarray]
+
+
+@dataclass
+class Watch:
+    """Kernels to look around during one run (the compile-time check does, for nodes whose
+    reference is a step function of its inputs): the segments holding them run kernel by
+    kernel, the same functions on the same buffers as the segment's runner calls them,
+    with `before(node, read)` and `after(node, read)` around each kernel computing a
+    node of `nodes`."""
+
+    nodes: frozenset[int]
+    before: Callable[[int, ReadBuffer], None]
+    after: Callable[[int, ReadBuffer], None]
 
 
 class CompiledGraph:
@@ -367,8 +386,9 @@ class CompiledGraph:
                 return resolve_dims(graph, self.input_nodes)
         return dict(dims)
 
-    def execute(self, graph: Graph) -> None:
-        """One run: refresh input pointers that changed, then one C call per segment."""
+    def execute(self, graph: Graph, watch: Watch | None = None) -> None:
+        """One run: refresh input pointers that changed, then one C call per segment
+        (kernel by kernel in segments holding a node `watch` looks at)."""
         if graph.nodes.version != self.version:
             raise ExecutionError(
                 "execute: the graph changed after CPUCompiler compiled it; compile again"
@@ -395,7 +415,9 @@ class CompiledGraph:
             dim_values[index] = dims.get(name, 0)
         for segment, runner in zip(self.segments, self.runners, strict=True):
             start = time.perf_counter()
-            if runner is not None:
+            if watch is not None and any(set(k.nodes) & watch.nodes for k in segment.kernels):
+                self._run_watched(graph, segment, run, dims, watch)
+            elif runner is not None:
                 if runner(run.pointers_arg, run.dims_arg, run.fault_arg):
                     self._raise_fault(graph, segment, run.fault)
             else:
@@ -403,6 +425,35 @@ class CompiledGraph:
             if self.debug >= 2:
                 print(f"[luminal] segment total {(time.perf_counter() - start) * 1e3:.3f} ms")
         graph.buffers = dict(run.outputs)
+
+    def _run_watched(
+        self, graph: Graph, segment: Segment, run: RunPlan, dims: dict, watch: Watch
+    ) -> None:
+        """The segment's kernels called one at a time, as its runner calls them (same
+        symbols, same buffer pointers, the same fault record), `watch` around its nodes."""
+        assert self.library is not None
+
+        def read(node_id: int) -> np.ndarray:
+            buffer = self._buffer(graph, node_id, run, dims)
+            return buffer if node_id in self.input_nodes else buffer.copy()
+
+        run.fault[0] = 0
+        for position, kernel in enumerate(segment.kernels):
+            watched = sorted(set(kernel.nodes) & watch.nodes)
+            for node_id in watched:
+                watch.before(node_id, read)
+            fn = getattr(self.library, kernel.name)
+            fn.restype = None
+            args = [ctypes.c_void_p(run.pointers[self.slot[n]]) for n in kernel.buffers]
+            args.append(run.dims_arg)
+            if kernel.reports_faults:
+                args.append(run.fault_arg)
+            fn(*args)
+            if kernel.reports_faults and run.fault[0]:
+                run.fault[3] = position
+                self._raise_fault(graph, segment, run.fault)
+            for node_id in watched:
+                watch.after(node_id, read)
 
     def _raise_fault(self, graph: Graph, segment: Segment, fault: Any) -> None:
         """The ExecutionError for the fault a runner returned: the op, the offending value

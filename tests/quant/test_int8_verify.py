@@ -1,0 +1,148 @@
+"""8-bit activations (`quantized_activations=True`) under CPUCompiler's default check.
+
+Rounding activations to 8 bits is a step function: a one-ulp float difference upstream
+flips a rounding (on these Q4_0 models, exact ties: embedding rows are multiples of
+their block scale) and moves logits by ~1 % of their largest one, past any float
+tolerance. The check runs such nodes' references on the compiled program's own inputs
+(luminal/backends/cpu/verify.py), so these graphs compile with the default
+`lm.CPUCompiler()`; and a wrong kernel, or a wrong value upstream of one, is still
+rejected with a CompileError.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import luminal as lm
+from luminal.backends.cpu import verify
+from luminal.quant import load_gguf_model, ops
+from luminal.quant.writing import save_gguf_llama
+from tests.quant.test_gguf_llama import CONFIG, PROMPT
+
+SEEDS = (0, 1, 2)
+KINDS = ("q8_0", "q4_0")
+STEPS = (5, 9, 77)  # decode tokens after the prompt (the few-row path)
+# the 8-bit activation scale each kernel (decode and prefill tiles) multiplies by
+SCALE = "scale[b] = q2b ? db / 256.0f : db;"
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, int], Path]:
+    import torch
+    import transformers
+
+    folder = tmp_path_factory.mktemp("int8")
+    paths = {}
+    for seed in SEEDS:
+        torch.manual_seed(seed)
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**CONFIG)).eval()
+        state = {k: v.numpy() for k, v in model.state_dict().items()}
+        for kind in KINDS:
+            paths[kind, seed] = folder / f"tiny-{kind}-{seed}.gguf"
+            save_gguf_llama(paths[kind, seed], CONFIG, state, kind)
+    return paths
+
+
+def _logits(session: lm.models.decoder.DecoderSession) -> np.ndarray:
+    """The prompt's last logits, then one row per decoded token."""
+    rows = [session.prefill(PROMPT)[0]]
+    rows += [session.step([token])[0] for token in STEPS]
+    return np.stack(rows)
+
+
+def _replays(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The functions of the nodes the check runs on the compiled program's inputs."""
+    seen: list[str] = []
+    call = verify.Replay.__call__
+
+    def spy(self: verify.Replay, *arrays: np.ndarray) -> np.ndarray:
+        seen.append(self.function)
+        return call(self, *arrays)
+
+    monkeypatch.setattr(verify.Replay, "__call__", spy)
+    return seen
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_int8_graph_compiles_with_the_default_check(
+    files: dict[tuple[str, int], Path], kind: str, seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default CPUCompiler (check on, no program cache to skip it) compiles the 8-bit
+    graph, checking every 8-bit matmul (2 layers x 7 + the head) on the compiled
+    program's inputs; its logits stay within the documented bound of the reference
+    runtime's: no further from them than 2x the rounding's own effect (8-bit against
+    16-bit activations, both on the reference runtime)."""
+    replays = _replays(monkeypatch)
+    model = load_gguf_model(files[kind, seed], quantized_activations=True)
+    compiled = _logits(model.session(compiler=lm.CPUCompiler(cache=False)))
+    assert len(replays) == 2 * 7 + 1
+    assert all("_matmul_a8_" in name for name in replays)
+    reference = _logits(model.session(compile=False))
+    sixteen = _logits(load_gguf_model(files[kind, seed]).session(compile=False))
+    rounding = np.abs(reference - sixteen).max(axis=1)
+    assert (rounding > 1e-3).all()  # the rounding is visible: a meaningful bound
+    assert (np.abs(compiled - reference).max(axis=1) <= 2 * rounding).all()
+    norms = np.linalg.norm(compiled, axis=1) * np.linalg.norm(reference, axis=1)
+    assert ((compiled * reference).sum(axis=1) / norms >= 0.9995).all()
+
+
+def _patched_source(monkeypatch: pytest.MonkeyPatch, old: str, new: str) -> None:
+    """Every packed-weight kernel built from now on has `old` replaced by `new` in its C."""
+    original = ops.format_source
+    assert old in original(ops.block_format("q4_0"))  # else the test patches nothing
+
+    monkeypatch.setattr(ops, "format_source", lambda fmt: original(fmt).replace(old, new))
+
+
+def _patched_entry(monkeypatch: pytest.MonkeyPatch, what: str, extra: str) -> None:
+    """Entries whose name starts with `what` run `extra` C after their body."""
+    original = ops._entry
+
+    def entry(fmt: object, name: str, signature: str, body: str) -> tuple[str, str]:
+        return original(fmt, name, signature, body + extra if name.startswith(what) else body)
+
+    monkeypatch.setattr(ops, "_entry", entry)
+
+
+BROKEN = {
+    # the 8-bit activation scale 1 % too large: every 8-bit matmul's output is off
+    "scale": ("the output of custom kernel 'lq_q4_0_matmul_a8_", "scale"),
+    # one output element of every 8-bit matmul moved by 0.01
+    "one output": ("the output of custom kernel 'lq_q4_0_matmul_a8_", "output"),
+    # the embedding rows (no rounding) wrong upstream: caught at the first matmul's input
+    "upstream": ("input 0 of custom kernel 'lq_q4_0_matmul_a8_", "upstream"),
+}
+
+
+@pytest.mark.parametrize("broken", sorted(BROKEN))
+def test_int8_check_rejects_a_wrong_kernel(
+    files: dict[tuple[str, int], Path], broken: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Running 8-bit nodes on the compiled program's inputs hides nothing: a wrong scale
+    or output in an 8-bit kernel, or a wrong value feeding one, raises CompileError
+    naming the node, and the graph stays uncompiled."""
+    message, how = BROKEN[broken]
+    if how == "scale":
+        _patched_source(monkeypatch, SCALE, SCALE.replace(": db;", ": db * 1.01f;"))
+    elif how == "output":
+        _patched_entry(monkeypatch, "matmul_a8", " out[numel[0] / 2] += 0.01f;")
+    else:
+        _patched_entry(monkeypatch, "rows", " out[numel[0] / 2] += 0.01f;")
+    model = load_gguf_model(files["q4_0", 0], quantized_activations=True)
+    session = model.session(compiler=lm.CPUCompiler(cache=False))
+    with pytest.raises(lm.CompileError, match="compiled graph is wrong") as error:
+        session.prefill(PROMPT)
+    assert message in str(error.value)
+
+
+def test_int8_check_is_needed(files: dict[tuple[str, int], Path]) -> None:
+    """Why the check replays 8-bit nodes: compared end to end to the check's tolerance,
+    the compiled Q4_0 logits are not the reference runtime's (flipped roundings)."""
+    model = load_gguf_model(files["q4_0", 0], quantized_activations=True)
+    compiled = _logits(model.session(compiler=lm.CPUCompiler(cache=False)))
+    reference = _logits(model.session(compile=False))
+    assert not np.allclose(compiled, reference, rtol=1e-3, atol=1e-4)
