@@ -12,7 +12,8 @@ from luminal.graph import Graph
 
 def _op_text(op: ops.Op) -> str:
     if isinstance(op, ops.Function):
-        return f"Function({op.name})"  # the callable's address would differ per process
+        # the label names what it computes; the callable's address would differ per process
+        return f"Function({op.label!r}, side_effect={op.side_effect})"
     if dataclasses.is_dataclass(op):
         fields = ", ".join(f"{f.name}={getattr(op, f.name)!r}" for f in dataclasses.fields(op))
         return f"{type(op).__name__}({fields})"
