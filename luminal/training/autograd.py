@@ -16,9 +16,17 @@ from typing import TYPE_CHECKING
 
 from luminal import ops
 from luminal.errors import DTypeError, GraphError, LuminalError, format_shape
+from luminal.shape.expr import ZERO
 from luminal.shape.tracker import Expand, Permute, Reshape, ShapeTracker
 from luminal.training.attention_grad import fused_attention
-from luminal.training.autograd_views import full, reshaped, view_adjoint, zeros
+from luminal.training.autograd_views import (
+    full,
+    padded,
+    reshaped,
+    sliced,
+    view_adjoint,
+    zeros,
+)
 
 if TYPE_CHECKING:
     from luminal.graph import Graph, Node
@@ -119,14 +127,28 @@ def _sum_reduce(ctx: VJPContext) -> Grads:
 
 
 def _max_reduce(ctx: VJPContext) -> Grads:
-    """torch.amax: the gradient is shared evenly among the tied maxima."""
+    """torch.amax: the gradient is shared evenly among the tied maxima.
+
+    Where the edge pads the reduced axis (relu is max over (x, 0): x with one padded
+    zero), only the stored part gets a gradient tensor: the padded zeros count as ties
+    of a zero maximum but their share is dropped by the view's adjoint anyway, and
+    computing it would double every relu gradient buffer (and make its readers stride
+    over the unused half)."""
     axis = ctx.node.op.axis
     x = ctx.input(0)
     size = x.view.shape[axis]
-    peak = ctx.output.expand_dim(axis, size)
-    ties = 1.0 - (x.lt(peak) + peak.lt(x))
-    share = ctx.grad * ties.sum(axis).reciprocal()
-    return (ties * share.expand_dim(axis, size),)
+    lo, hi = (ZERO, size) if x.view.mask is None else x.view.mask[axis]
+    zeros_read = (size - hi + lo).as_int()
+    if zeros_read is None:  # a symbolic pad: every position gets a gradient
+        lo, hi, zeros_read = ZERO, size, 0
+    stored = sliced(x, axis, lo, hi)
+    peak = ctx.output.expand_dim(axis, hi - lo)
+    ties = 1.0 - (stored.lt(peak) + peak.lt(stored))
+    count = ties.sum(axis)
+    if zeros_read:  # the padded positions read 0: ties of a zero maximum
+        count = count + (1.0 - (ctx.output.lt(0.0) + ctx.output.gt(0.0))) * float(zeros_read)
+    share = ctx.grad * count.reciprocal()
+    return (padded(ties * share.expand_dim(axis, hi - lo), axis, lo, size - hi),)
 
 
 def _cast(ctx: VJPContext) -> Grads:

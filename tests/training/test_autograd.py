@@ -113,6 +113,38 @@ def test_reduce_primitives_and_max_ties_are_shared_like_amax():
     check(lambda a: a.max(1) * a.max(1), lambda a: torch.amax(a, 1) ** 2, ties)
 
 
+def test_max_over_a_padded_axis_shares_ties_with_the_padding_like_amax():
+    """A max whose edge pads the reduced axis (relu is max over (x, 0)): a maximum of 0
+    ties with the padded zeros, each getting an even share (torch.amax of F.pad), padding
+    on two axes at once included."""
+    x = np.array([[-1.0, -2.0, 0.0], [0.0, 3.0, 3.0], [-0.5, 0.0, -1.0]], np.float32)
+
+    def ours(a):
+        p = a.pad([(1, 0), (2, 1)])
+        return (p.max(1) * p.max(1)).sum() + p.max(0).sin().sum()
+
+    def theirs(a):
+        p = F.pad(a, (2, 1, 1, 0))
+        return (torch.amax(p, 1) ** 2).sum() + torch.amax(p, 0).sin().sum()
+
+    check(ours, theirs, x)
+    check(lambda a: a.relu() * a, lambda a: torch.maximum(a, torch.zeros(())) * a, x)
+
+
+def test_relu_gradient_keeps_no_buffer_for_the_padded_zero():
+    """relu's gradient is computed for x only: no node of the gradient graph holds the
+    (x, 0) pair's trailing axis of 2, which would double every relu gradient buffer."""
+    cx = lm.Graph()
+    x = cx.tensor((4, 5)).set(np.linspace(-1, 1, 20, dtype=np.float32).reshape(4, 5))
+    before = set(cx.nodes)
+    (grad,) = cx.compile(lm.training.Autograd([x], (x.relu() * 3.0).sum()))
+    added = [cx.nodes[n] for n in set(cx.nodes) - before]
+    assert not [n for n in added if tuple(n.shape)[-1:] == (lm.shape.expr.sym(2),)]
+    grad.retrieve()
+    cx.execute()
+    np.testing.assert_allclose(grad.numpy(), 3.0 * (np.linspace(-1, 1, 20) > 0).reshape(4, 5))
+
+
 def test_gather_and_scatter_primitives():
     rng = np.random.default_rng(4)
     table = uniform(rng, (5, 3))
