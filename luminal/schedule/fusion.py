@@ -6,7 +6,10 @@ function; or when inlining would recompute it: it is read by more than one edge,
 read through a view that visits elements more than once (a broadcast or overlapping
 windows). Everything else (elementwise chains with their views, constants, iotas) is
 inlined into its single consumer, so one kernel computes a whole chain, and a
-reduction's producers are fused into its loop.
+reduction's producers are fused into its loop. A uniform value (elementwise ops of
+constants only, such as GELU's erf bound -1 * 3.92) is inlined into every reader
+however many: each reader's expression folds it to one number, where a buffer of the
+broadcast shape cost MiniLM two 24 MB constants read by every GELU.
 
 Fusion is bounded: no kernel renders an expression of more than MAX_FUSED_NODES values
 or MAX_FUSED_DEPTH nested ops. Past either, the heaviest inlined inputs get buffers of
@@ -148,11 +151,16 @@ def _inline_or_materialise(graph: Graph) -> FusionPlan:
     inputs: list[int] = []
     inlined: dict[int, Fused] = {}  # inlined node -> its expression where it is read
     split: set[int] = set()
+    uniform: set[int] = set()  # constants and elementwise ops of uniform values only
     for node_id in order:
         node = graph.nodes[node_id]
         if isinstance(node.op, ops.Input):
             inputs.append(node_id)
             continue
+        if isinstance(node.op, ops.Constant) or (
+            isinstance(node.op, ELEMENTWISE) and all(e.source in uniform for e in node.inputs)
+        ):
+            uniform.add(node_id)
         size = _bounded(node, inlined, split)
         if node_id in gathered:
             inlined[node_id] = size
@@ -160,10 +168,14 @@ def _inline_or_materialise(graph: Graph) -> FusionPlan:
             continue
         edges = reads.get(node_id, [])
         inlinable = isinstance(node.op, ELEMENTWISE) or is_short_reduce(node)
-        if isinstance(node.op, INLINE_SOURCES) or (
-            inlinable
-            and len(edges) == 1
-            and (node_id in recomputed or not _repeats_elements(edges[0]))
+        if (
+            isinstance(node.op, INLINE_SOURCES)
+            or node_id in uniform
+            or (
+                inlinable
+                and len(edges) == 1
+                and (node_id in recomputed or not _repeats_elements(edges[0]))
+            )
         ):
             inlined[node_id] = size
     materialised = [

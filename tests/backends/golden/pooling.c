@@ -1,22 +1,15 @@
 /* golden source of tests/backends/golden_cases.py::pooling; accept changes with
    LUMINAL_ACCEPT_GOLDEN=1 .venv/bin/pytest tests/backends/test_golden_kernels.py */
 
-/* ---- segment 0: nodes [4, 5] */
+/* ---- segment 0: nodes [3, 4, 5, 12] */
 
-/* constant_recip */
-void lm_constant_recip_<hash>(float* restrict b0, const long long* restrict d) {
-    b0[0] = (1.0f / 3.0f);
-}
-
-/* ---- segment 0: nodes [3, 12] */
-
-/* sumreduce_mul */
-void lm_sumreduce_mul_<hash>(float* restrict b0, const float* restrict b1, const float* restrict b2, const long long* restrict d) {
+/* constant_recip_sumreduce_mul */
+void lm_constant_recip_sumreduce_mul_<hash>(float* restrict b0, const float* restrict b1, const long long* restrict d) {
     #pragma omp parallel for if((96) > 16384)
     for (long long i0_ = 0; i0_ < 2; i0_++) {
         for (long long i1_ = 0; i1_ < 8; i1_++) {
             for (long long i2_ = 0; i2_ < 6; i2_++) {
-                b0[(48*i0_ + 6*i1_ + i2_)] = ((b1[(64*i0_ + 8*i1_ + i2_)] + b1[(64*i0_ + 8*i1_ + i2_ + 1)] + b1[(64*i0_ + 8*i1_ + i2_ + 2)]) * b2[0]);
+                b0[(48*i0_ + 6*i1_ + i2_)] = ((b1[(64*i0_ + 8*i1_ + i2_)] + b1[(64*i0_ + 8*i1_ + i2_ + 1)] + b1[(64*i0_ + 8*i1_ + i2_ + 2)]) * (1.0f / 3.0f));
             }
         }
     }
@@ -56,15 +49,13 @@ void lm_maxreduce_<hash>(float* restrict b0, const float* restrict b1, const lon
 
 /* ---- runners */
 typedef void (*lm_kernel_fn)(void);
-void lm_constant_recip_<hash>();
-void lm_sumreduce_mul_<hash>();
+void lm_constant_recip_sumreduce_mul_<hash>();
 void lm_maxreduce_<hash>();
 void lm_maxreduce_<hash>();
 int lm_run_segment_0(void** b, const long long* d, long long* s) {
     s[0] = 0;
-    lm_constant_recip_<hash>(b[1], d);
-    lm_sumreduce_mul_<hash>(b[2], b[0], b[1], d);
-    lm_maxreduce_<hash>(b[3], b[0], d);
-    lm_maxreduce_<hash>(b[4], b[3], d);
+    lm_constant_recip_sumreduce_mul_<hash>(b[1], b[0], d);
+    lm_maxreduce_<hash>(b[2], b[0], d);
+    lm_maxreduce_<hash>(b[3], b[2], d);
     return 0;
 }
