@@ -364,6 +364,27 @@ def _split_by_constant(a: Expr, divisor: int, reduce_all: bool) -> tuple[Expr, E
     return _from_dict(quotient), _from_dict(rest)
 
 
+def _split_small(a: Expr, divisor: int) -> tuple[int, Expr, Expr] | None:
+    """(k, big, small) with a == k * big + small, k > 1 a divisor of `divisor` and
+    0 <= small < k (by bounds), or None. Then a // divisor == big // (divisor / k): the
+    index of a 2-wide window row, (x + 28 * y) // 56 for x < 28, is y // 2, which keeps
+    a pooling gradient's loads affine in x."""
+    factors = {math.gcd(coef, divisor) for mono, coef in a.terms if mono} - {1}
+    for k in sorted(factors, reverse=True):
+        big: dict[tuple[Atom, ...], int] = {}
+        small: dict[tuple[Atom, ...], int] = {}
+        for mono, coef in a.terms:
+            if mono and coef % k == 0:
+                big[mono] = coef // k
+            else:
+                small[mono] = coef
+        small_part = _from_dict(small)
+        lo, hi = small_part.bounds()
+        if lo >= 0 and hi < k:
+            return k, _from_dict(big), small_part
+    return None
+
+
 def _split_by_term(a: Expr, divisor: Expr) -> tuple[Expr, Expr]:
     """a = divisor * quotient + rest exactly, for a single-term divisor `k*m`: the terms
     of `a` that are multiples of it go to the quotient."""
@@ -423,6 +444,10 @@ def _floordiv_by_constant(a: Expr, divisor: int) -> Expr:
     lo, hi = a.bounds()
     if lo >= 0 and hi < divisor:
         return ZERO
+    split = _split_small(a, divisor)
+    if split is not None:  # (k * big + small) // (k * d) == big // d
+        k, big, _ = split
+        return _floordiv_by_constant(big, divisor // k)
     inner = _single_atom(a, "floordiv")
     if inner is not None and inner.args[1].as_int() is not None:
         # (x // c1) // c2 == x // (c1 * c2) for positive c1, c2
@@ -465,6 +490,10 @@ def _mod_by_constant(a: Expr, divisor: int) -> Expr:
     lo, hi = rest.bounds()
     if lo >= 0 and hi < divisor:
         return rest
+    split = _split_small(rest, divisor)
+    if split is not None:  # (k * big + small) % (k * d) == k * (big % d) + small
+        k, big, small = split
+        return _add(_scale(_mod_by_constant(big, divisor // k), k), small)
     inner = _single_atom(rest, "mod")
     if inner is not None:
         inner_divisor = inner.args[1].as_int()

@@ -350,3 +350,35 @@ def test_product_divisors_are_parenthesised_in_c_and_python():
     assert "/ (2*n)" in expr.to_c() and "% (3*n)" in expr.to_c()
     env = {"n": 3, "i": 5}
     assert eval(str(expr), {}, env) == expr.evaluate(env)  # noqa: S307 - our own rendering
+
+
+@given(
+    st.integers(0, 40),  # x's upper bound
+    st.integers(1, 12),  # k
+    st.integers(1, 6),  # divisor / k
+    st.integers(-3, 30),  # constant added to the small part
+    st.integers(-4, 4),  # y's coefficient over k
+    st.data(),
+)
+def test_division_with_a_bounded_part_below_the_common_factor(upper, k, m, offset, c, data):
+    """(k * big + small) // (k * m) and % with small bounded: the split into big // m
+    (and k * (big % m) + small) only happens where 0 <= small < k, and never changes a
+    value."""
+    x, y = var("x", upper=upper), var("y")
+    expression = x + offset + k * c * y
+    xs = data.draw(st.lists(st.integers(0, upper), min_size=1, max_size=5))
+    for xv in xs:
+        for yv in (0, 1, 5, 17):
+            env = {"x": xv, "y": yv}
+            value = xv + offset + k * c * yv
+            assert (expression // (k * m)).evaluate(env) == value // (k * m)
+            assert (expression % (k * m)).evaluate(env) == value % (k * m)
+
+
+def test_window_row_index_is_affine_in_the_column():
+    """A 2x2 pooling gradient reads row (x + 28 y) // 56 for a column x < 28: it is y // 2,
+    and the modulo 28 * (y % 2) + x, so the load stays affine in x."""
+    x, y = var("x", upper=27), var("y", upper=27)
+    assert (x + 28 * y) // 56 == y // 2
+    assert (x + 28 * y) % 56 == 28 * (y % 2) + x
+    assert (x + 28 * y + 1) // 56 != y // 2  # x + 1 may reach 28
