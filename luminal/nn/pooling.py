@@ -1,7 +1,8 @@
 """Pooling layers (torch.nn.MaxPool*, AvgPool*, AdaptiveAvgPool*) built from views.
 
-Max and average pooling reuse the convolution's `sliding_windows` (pad, then
-`pool_last_dim` per spatial dim) and reduce over the kernel dims. Adaptive average
+Average pooling reuses the convolution's `sliding_windows` (pad, then `pool_last_dim`
+per spatial dim) and sums over the kernel dims; max pooling pools one spatial dim at a
+time (separable: k + k comparisons per output for a k x k window, not k * k). Adaptive average
 pooling is separable: along each spatial dim it either splits the dim and takes a mean
 (when the size divides evenly) or multiplies by an averaging matrix built with `iota`
 from PyTorch's start/end index formula, so uneven windows are averaged exactly.
@@ -82,14 +83,29 @@ def max_pool(
     op: str = "max_pool",
 ) -> GraphTensor:
     """Max over sliding windows of the last `dims` dims (torch.nn.functional.max_pool*d).
-    Padding reads -inf (clamped to the dtype's lowest finite value, same result for max)."""
+    Padding reads -inf (clamped to the dtype's lowest finite value, same result for max).
+
+    Separable: the max over a box is the max over its rows of each row's max, so each
+    spatial dim is pooled on its own, last first (one reduction per dim over the previous
+    one's output). A k x k window costs 2k comparisons per output instead of k * k, and
+    each reduction runs along contiguous outputs."""
     kernel, strides, dilations, pads, extra = _pool_geometry(
         x, dims, kernel_size, stride, padding, dilation, ceil_mode, op
     )
     with x.graph.atomic():
-        padding_pairs = [(p, p + e) for p, e in zip(pads, extra, strict=True)]
-        windows = sliding_windows(x, kernel, strides, dilations, padding_pairs, -math.inf)
-        return windows.max(tuple(range(x.ndim, x.ndim + dims)))
+        if any(pads) or any(extra):
+            x = x.pad(
+                [None] * (x.ndim - dims) + [(p, p + e) for p, e in zip(pads, extra, strict=True)],
+                -math.inf,
+            )
+        lead = x.ndim - dims
+        for i in reversed(range(dims)):
+            axis, nd = lead + i, x.ndim
+            to_last = [a for a in range(nd) if a != axis] + [axis]
+            back = list(range(axis)) + [nd - 1] + list(range(axis, nd - 1))
+            pooled = x.permute(to_last).pool_last_dim(kernel[i], strides[i], dilations[i])
+            x = pooled.max(nd).permute(back)
+        return x
 
 
 def avg_pool(

@@ -49,9 +49,10 @@ def interpolate(
         raise LuminalError(f"{op}: align_corners only applies to linear modes")
     targets = _output_sizes(x, dims, size, scale_factor, recompute_scale_factor, op)
     with x.graph.atomic():  # an error on a later dim removes what earlier dims added
+        repeats: dict[int, int] = {}
         for axis, (out, scale) in enumerate(targets):
-            x = _resample(x, 2 + axis, out, scale, mode, bool(align_corners), op)
-        return x
+            x = _resample(x, 2 + axis, out, scale, mode, bool(align_corners), op, repeats)
+        return _repeat(x, repeats)
 
 
 def _output_sizes(
@@ -98,9 +99,18 @@ def _per_dim(value: object, dims: int, what: str, op: str) -> tuple:
 
 
 def _resample(
-    x: GraphTensor, axis: int, out: object, scale: float | None, mode: str, corners: bool, op: str
+    x: GraphTensor,
+    axis: int,
+    out: object,
+    scale: float | None,
+    mode: str,
+    corners: bool,
+    op: str,
+    repeats: dict[int, int],
 ) -> GraphTensor:
-    """Resample dim `axis` of x to `out` elements."""
+    """Resample dim `axis` of x to `out` elements; a nearest resampling by an integer
+    factor is only recorded in `repeats` (the caller repeats all such dims at once:
+    resampling one dim commutes with repeating another)."""
     size = x.view.shape[axis].as_int()
     out_known = out if isinstance(out, int) else getattr(out, "as_int", lambda: None)()
     if out_known is not None and out_known < 1:
@@ -112,7 +122,8 @@ def _resample(
                 f"{op}: symbolic spatial sizes need mode 'nearest' with an integer "
                 f"scale_factor, got {x._shape_text()}"
             )
-        return _repeat(x, axis, factor)
+        repeats[axis] = factor
+        return x
     if size == out_known:
         return x
     matrix = (
@@ -123,20 +134,26 @@ def _resample(
     if mode == "nearest":
         factor, rest = divmod(out_known, size)
         if rest == 0 and np.array_equal(matrix.argmax(1), np.arange(out_known) // factor):
-            return _repeat(x, axis, factor)
+            repeats[axis] = factor
+            return x
     weights = x.graph.tensor(matrix.shape, name=f"interpolate.{mode}").set(matrix)
     moved = x.transpose(axis, -1)
     return (moved @ weights.T).transpose(axis, -1)
 
 
-def _repeat(x: GraphTensor, axis: int, factor: int) -> GraphTensor:
-    """Each element of dim `axis` repeated `factor` times (nearest, integer factor)."""
-    if factor == 1:
+def _repeat(x: GraphTensor, factors: dict[int, int]) -> GraphTensor:
+    """Each element repeated `factors[axis]` times along each of those dims (nearest,
+    integer factors): one broadcast and one reshape for all dims, so a reader indexes the
+    input directly (YOLOv8's upsample feeds a concatenation that reads x[.., h // 2,
+    w // 2]); a reshape per dim needed a copy of the first dim's result."""
+    factors = {axis: factor for axis, factor in factors.items() if factor != 1}
+    if not factors:
         return x
     shape = x.view.shape
-    spread = x.unsqueeze(axis + 1).expand_dim(axis + 1, factor)
-    spread = spread.reshape((*shape[:axis], shape[axis], factor, *shape[axis + 1 :]))
-    return spread.reshape((*shape[:axis], shape[axis] * factor, *shape[axis + 1 :]))
+    spread = x
+    for axis in sorted(factors, reverse=True):  # later dims first: earlier axes keep places
+        spread = spread.unsqueeze(axis + 1).expand_dim(axis + 1, factors[axis])
+    return spread.reshape(tuple(dim * factors.get(axis, 1) for axis, dim in enumerate(shape)))
 
 
 def _scale(size: int, out: int, scale: float | None, corners: bool) -> np.float32:
