@@ -78,16 +78,15 @@ class Clock:
 
 
 def _time_all_reduce(comm: Any) -> Clock:
-    """A clock whose "comm" phase is the time spent in `comm.all_reduce` and `comm.fence`
+    """A clock whose "comm" phase is the time spent in `comm.all_reduce` and the fences
     (ranks sharing memory: the gradient sum is in the optimizer's kernels, the step only
-    fences), and "wait" the part of it spent polling MPI requests (waiting for the peer;
-    on the shared-memory path only its barriers, so comm - wait is the reduction's own
-    work, or the fences' memory synchronization)."""
+    fences), and "wait" the part of it spent polling (waiting for the peer, by MPI
+    requests or the shared-memory fence counters), so comm - wait is the reduction's own
+    work, or the fences' memory synchronization."""
     clock = Clock()
-    comm.all_reduce = clock.timed("comm", comm.all_reduce)
-    comm.fence = clock.timed("comm", comm.fence)
-    if hasattr(comm, "_wait"):
-        comm._wait = clock.timed("wait", comm._wait)
+    for name in ("all_reduce", "fence_start", "fence_end"):  # fence() calls the two
+        setattr(comm, name, clock.timed("comm", getattr(comm, name)))
+    comm.poll = clock.timed("wait", comm.poll)
     return clock
 
 

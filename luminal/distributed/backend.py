@@ -97,17 +97,31 @@ class Communicator:
     def peers(self, array: np.ndarray) -> list[np.ndarray] | None:
         """Every rank's array of a bucket that `bucket()` made, in rank order, when this
         rank can read the others' directly (ranks sharing memory); None otherwise. Read
-        them only between two `fence(array)` calls that every rank makes."""
+        them only between two fences that every rank makes."""
         return None
 
     def fence(self, array: np.ndarray, timeout: float | None = None, op: str = "fence") -> None:
         """A barrier after which every rank's writes to its `bucket()` array before it
-        are visible to every rank that reads it through `peers()`. `op` names it in
-        errors (the data-parallel step calls it "all_reduce": it is that collective's
-        synchronization, the sum being done by the reader)."""
+        are visible to every rank that reads it through `peers()`: `fence_start` then
+        `fence_end`. `op` names it in errors (the data-parallel step calls its fences
+        "all_reduce": they are that collective's synchronization, the sum being done by
+        the reader)."""
+        self.fence_start(array)
+        self.fence_end(array, timeout, op)
+
+    def fence_start(self, array: np.ndarray) -> None:
+        """A fence's first half, which returns at once: this rank's writes so far are
+        published. Do other work, then `fence_end`: a rank can learn that its peers are
+        done reading its bucket without waiting for them at that moment."""
+        self._usable("fence")
+        if self.world_size > 1:
+            self._fence_start(array)
+
+    def fence_end(self, array: np.ndarray, timeout: float | None = None, op: str = "fence") -> None:
+        """A fence's second half: wait until every rank has made its `fence_start`."""
         self._usable(op)
         if self.world_size > 1:
-            self._fence(array, self._timeout(timeout), op)
+            self._fence_end(array, self._timeout(timeout), op)
 
     def close(self) -> None:
         """Release what the backend holds; collectives raise afterwards."""
@@ -129,7 +143,10 @@ class Communicator:
     def _barrier(self, timeout: float) -> None:
         raise NotImplementedError
 
-    def _fence(self, array: np.ndarray, timeout: float, op: str) -> None:
+    def _fence_start(self, array: np.ndarray) -> None:
+        pass  # the whole barrier is in _fence_end
+
+    def _fence_end(self, array: np.ndarray, timeout: float, op: str) -> None:
         self._barrier(timeout)
 
     # ---------------------------------------------------------------- shared helpers

@@ -12,8 +12,9 @@ take rank 0's values. Two ways to sum the buckets, chosen by the communicator:
   rank's part of a shared window and the other ranks' buckets are graph inputs. The
   Function only fences (a barrier that orders memory); the optimizer's kernels read
   every rank's bucket and sum them in rank order where they read the gradient, so
-  there is no reduction pass and no rank writes another's memory. A second fence after
-  the run keeps a rank from overwriting its bucket while a peer still reads it.
+  there is no reduction pass and no rank writes another's memory. A second fence,
+  started after the run and ended before the next one, keeps a rank from overwriting
+  its bucket while a peer still reads it.
 - otherwise the Function all-reduces (sums) the bucket in place and the optimizer reads
   the gradients back out of its output by views.
 
@@ -65,6 +66,7 @@ class GradientBucket:
         self._flat = np.empty(0, np.float32)
         self.peers: list[np.ndarray] | None = None
         self.peer_inputs: list[tuple[int, np.ndarray]] = []  # graph input -> a peer's bucket
+        self._settling = False  # a fence started after the last run, not ended yet
 
     def __deepcopy__(self, memo: dict) -> GradientBucket:
         """A copied graph (the compiler's reference copy) shares the bucket: it holds
@@ -111,10 +113,18 @@ class GradientBucket:
         self.loss = float(loss) / world_size
 
     def settle(self) -> None:
-        """After a run that read the peers' buckets: wait until every rank has read
-        them, so that none writes its bucket again before the others are done."""
+        """After a run that read the peers' buckets: tell them this rank is done reading
+        (the first half of a fence; `ready` ends it)."""
         if self.peers is not None:
-            self.communicator.fence(self._flat, op="all_reduce")
+            self.communicator.fence_start(self._flat)
+            self._settling = True
+
+    def ready(self) -> None:
+        """Before a run, which writes this rank's bucket: wait until every peer is done
+        reading it (by then they almost always are: no waiting)."""
+        if self._settling:
+            self._settling = False
+            self.communicator.fence_end(self._flat, op="all_reduce")
 
     def __call__(self, *pieces: np.ndarray) -> np.ndarray:
         """The gradients and the loss joined into a flat float32 array, reduced (with

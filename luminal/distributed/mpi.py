@@ -15,6 +15,7 @@ import atexit
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
@@ -68,13 +69,17 @@ class MPICommunicator(Communicator):
         shared = self._shared(array)
         return None if shared is None else list(shared.arrays)
 
-    def _fence(self, array: np.ndarray, timeout: float, op: str) -> None:
+    def _fence_start(self, array: np.ndarray) -> None:
         shared = self._shared(array)
-        barrier = lambda: self._wait(op, self.comm.Ibarrier(), timeout)  # noqa: E731
+        if shared is not None:
+            shared.fence_start()
+
+    def _fence_end(self, array: np.ndarray, timeout: float, op: str) -> None:
+        shared = self._shared(array)
         if shared is None:
-            barrier()
+            self._wait(op, self.comm.Ibarrier(), timeout)
         else:
-            shared.fence(barrier)
+            shared.fence_end(self._waiter(op, timeout))
 
     def _shared(self, array: np.ndarray) -> SharedBucket | None:
         """The shared window `array` is this rank's whole part of, if any."""
@@ -86,7 +91,7 @@ class MPICommunicator(Communicator):
     def _all_reduce(self, array: np.ndarray, op: str, timeout: float) -> None:
         shared = self._shared(array)
         if shared is not None and op in ("sum", "avg"):
-            shared.all_reduce(op, lambda: self._wait("all_reduce", self.comm.Ibarrier(), timeout))
+            shared.all_reduce(op, self._waiter("all_reduce", timeout))
             return
         MPI = self.MPI
         mpi_op = {"sum": MPI.SUM, "avg": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}[op]
@@ -114,6 +119,10 @@ class MPICommunicator(Communicator):
     # ---------------------------------------------------------------- waiting
     def _wait(self, op: str, request: Any, timeout: float) -> None:
         self.poll(op, request.Test, timeout, self._peer_failure)
+
+    def _waiter(self, op: str, timeout: float) -> Callable[[Callable[[], bool]], None]:
+        """Polls a condition (a shared-memory fence) as `_wait` polls a request."""
+        return lambda done: self.poll(op, done, timeout, self._peer_failure)
 
     def _listen(self) -> None:
         self._request = self.control.Irecv(

@@ -1,18 +1,22 @@
-"""All-reduce through memory the ranks share: the MPI backend's path for an array made by
+"""Buckets in memory the ranks share: the MPI backend's path for an array made by
 `Communicator.bucket()` when every rank runs on one machine.
 
 The bucket is this rank's part of an MPI shared-memory window (`MPI_Win_allocate_shared`),
-so the peers read it directly. An all-reduce is then: a barrier (every rank has written
-its values), each rank r sums chunk r of every rank's array in rank order and writes the
-result into chunk r of every array, a second barrier (every chunk is written). Each rank
-reads 2 and writes 2 of its 1/W chunks per rank (W = 2: 5.4 MB of memory traffic for a
-2.68 MB bucket) and no message is copied through MPI's cells; measured on the loaded
-2-core machine for the MLP's 2.68 MB: 0.1-0.2 ms CPU per rank against 0.7-1.1 ms for
-`Iallreduce` plus the division of "avg" (docs/distributed.md). Each chunk is summed by
-one rank, so every rank ends with the same bits. Barriers are `Ibarrier`s polled against
-the deadline with the communicator's failure notices, so a missing peer is an error,
-never a hang; `Win_sync` around them orders the loads and stores (MPI's shared-memory
-model).
+so the peers read it directly. Ranks synchronize through the window itself: each
+publishes a counter of the fences it started (after its bucket, alone in a cache line)
+and a fence ends when every rank's counter has caught up, with `Win_sync` before
+publishing and after waiting to order the loads and stores (MPI's shared-memory model).
+The two halves can be apart: the data-parallel step starts a fence when it is done
+reading the peers' buckets and ends it only before its next run writes its own, where
+the peers have almost always started it already (no waiting, no barrier round trip).
+Waiting is polled with the communicator's failure notices and deadline, so a missing
+peer is an error, never a hang.
+
+The data-parallel step only fences (the optimizer's kernels sum the peers' buckets where
+they read the gradients, luminal/distributed/data_parallel.py). `all_reduce` sums in
+place: a fence (every rank has written its values), each rank r sums chunk r of every
+rank's array in rank order and writes the result into chunk r of every array, a second
+fence. Each chunk is summed by one rank, so every rank ends with the same bits.
 """
 
 from __future__ import annotations
@@ -22,19 +26,31 @@ from typing import Any
 
 import numpy as np
 
+_LINE = 64  # bytes: a fence counter sits alone in a cache line after the bucket
+
+# `wait(done)`: poll `done()` until true, raising on a timeout or a peer's failure
+Wait = Callable[[Callable[[], bool]], None]
+
 
 class SharedBucket:
-    """One float32 array per rank in a shared window; `all_reduce` sums them in place."""
+    """One float32 array per rank in a shared window, and each rank's fence counter."""
 
     def __init__(self, MPI: Any, comm: Any, size: int) -> None:
-        self.window = MPI.Win.Allocate_shared(size * 4, 4, comm=comm)
+        counter = -(-size * 4 // _LINE) * _LINE
+        self.window = MPI.Win.Allocate_shared(counter + _LINE, 4, comm=comm)
         self.arrays = []
+        self.counters = []
         for rank in range(comm.Get_size()):
             memory, _ = self.window.Shared_query(rank)
             self.arrays.append(np.frombuffer(memory, np.float32, size))
+            self.counters.append(np.frombuffer(memory, np.int64, 1, offset=counter))
         self.window.Lock_all(MPI.MODE_NOCHECK)  # a passive epoch, so Sync may be called
         rank, world = comm.Get_rank(), comm.Get_size()
         self.rank = rank
+        self.started = 0  # fences this rank started
+        self.counters[rank][0] = 0
+        self.window.Sync()
+        comm.Barrier()  # every counter is 0 before any rank reads one
         self.chunk = slice(size * rank // world, size * (rank + 1) // world)
         self.scratch = np.empty(self.chunk.stop - self.chunk.start, np.float32)
 
@@ -42,10 +58,9 @@ class SharedBucket:
     def array(self) -> np.ndarray:
         return self.arrays[self.rank]
 
-    def all_reduce(self, op: str, barrier: Callable[[], None]) -> None:
-        """Sum ("sum" or "avg") every rank's array into all of them; `barrier()` waits
-        for every rank (raising on a timeout or a peer's failure)."""
-        self.fence(barrier)
+    def all_reduce(self, op: str, wait: Wait) -> None:
+        """Sum ("sum" or "avg") every rank's array into all of them."""
+        self.fence(wait)
         chunk = self.chunk
         parts = [array[chunk] for array in self.arrays]
         total = parts[self.rank] if self.rank < 2 else self.scratch  # never an unread part
@@ -57,14 +72,27 @@ class SharedBucket:
         for part in parts:
             if part is not total:
                 part[...] = total
-        self.fence(barrier)
+        self.fence(wait)
 
-    def fence(self, barrier: Callable[[], None]) -> None:
-        """`barrier()` with the window synchronized on both sides: every rank's stores
-        before it are visible to every rank's loads after it."""
+    def fence(self, wait: Wait) -> None:
+        """Every rank's stores before it are visible to every rank's loads after it."""
+        self.fence_start()
+        self.fence_end(wait)
+
+    def fence_start(self) -> None:
+        """Publish this rank's stores so far and that it reached the fence."""
+        self.started += 1
         self.window.Sync()
-        barrier()
+        self.counters[self.rank][0] = self.started
+
+    def fence_end(self, wait: Wait) -> None:
+        """Wait until every rank has started the fence this rank started last."""
+        wait(self._everyone_started)
         self.window.Sync()
+
+    def _everyone_started(self) -> bool:
+        started = self.started
+        return all(int(counter[0]) >= started for counter in self.counters)
 
 
 def node_local(MPI: Any, comm: Any) -> bool:

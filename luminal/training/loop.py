@@ -329,6 +329,7 @@ def _execute_reducing(graph: Graph, bucket: GradientBucket, last: bool) -> None:
     that failed inside the run surfaces as its own DistributedError."""
     bucket.active = last
     try:
+        bucket.ready()
         graph.execute()
         if last:
             bucket.settle()
