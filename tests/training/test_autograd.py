@@ -495,6 +495,30 @@ def test_conv_then_pool_gradients(pool):
     module_grads(ours, theirs, uniform(np.random.default_rng(15), (2, 2, 8, 7)))
 
 
+def test_conv_input_gradient_sums_windows_in_the_order_the_next_pass_reads():
+    """col2im's first pass (sum of a kernel column's shifted placements) is stored with
+    the image row axis before the window columns, the order the second pass reads it,
+    not (out columns, kernel columns, rows) with rows innermost; values equal torch's."""
+    rng = np.random.default_rng(11)
+    xs, ws = uniform(rng, (2, 3, 9, 8)), uniform(rng, (4, 3, 5, 3))
+    cx = lm.Graph()
+    x, w = cx.tensor(xs.shape).set(xs), cx.tensor(ws.shape).set(ws)
+    loss = lm.nn.conv(x, w).square().sum()
+    forward = set(cx.nodes)
+    (grad,) = cx.compile(lm.training.Autograd([x], loss))
+    sums = [
+        tuple(d.as_int() for d in cx.nodes[n].shape)
+        for n in set(cx.nodes) - forward
+        if isinstance(cx.nodes[n].op, ops.Add) and len(cx.nodes[n].shape) == 5
+    ]
+    assert sums and all(shape == (2, 3, 9, 6, 3) for shape in sums), sums
+    grad.retrieve()
+    cx.execute()
+    xt = _t(xs, grad=True)
+    (expected,) = torch.autograd.grad(F.conv2d(xt, _t(ws)).square().sum(), [xt])
+    np.testing.assert_allclose(grad.numpy(), expected.numpy(), atol=ATOL, rtol=RTOL)
+
+
 def test_overlapping_max_pool_with_padding():
     rng = np.random.default_rng(16)
     check(
