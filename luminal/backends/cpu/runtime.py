@@ -29,8 +29,9 @@ from typing import Any
 import numpy as np
 
 from luminal import ops
-from luminal.backends.cpu import buckets, toolchain
+from luminal.backends.cpu import buckets, invariants, toolchain
 from luminal.backends.cpu.codegen import ALLOC_FAULT, PRELUDE, KernelSource
+from luminal.backends.cpu.invariants import NO_REUSE, Reuse
 from luminal.errors import ExecutionError, format_shape
 from luminal.graph import Graph
 from luminal.reference.executor import resolve_dims
@@ -41,6 +42,7 @@ from luminal.schedule.memory import (
     check_fits,
     footprint,
     liveness,
+    physical_memory,
     plan_memory,
 )
 from luminal.shape.expr import Expr
@@ -148,6 +150,17 @@ class RunPlan:
     output_of: dict[int, int] = field(default_factory=dict)  # id(output array) -> node id
     retired: dict[int, np.ndarray] = field(default_factory=dict)  # node -> array handed over
     buckets: dict[int, np.ndarray] = field(default_factory=dict)  # bucket node -> its array
+    # kernels reused while their inputs are unchanged (invariants.py), planned for the
+    # inputs seen changing so far (`volatile`); `persistent`: their outputs' own arrays
+    reuse: Reuse = NO_REUSE
+    volatile: frozenset[int] = frozenset()
+    persistent: dict[int, np.ndarray] = field(default_factory=dict)  # node -> its bytes
+    sizes: dict[int, int] = field(default_factory=dict)  # arena node -> bytes at plan dims
+    spare_bytes: int = 0  # memory left beside what the plan needs
+    skip_flags: Any = None  # per kernel in run order: 1 = reused (the runner skips it)
+    skip_arg: Any = None
+    run_all_arg: Any = None  # pointer to flags all zero
+    reused_dims: tuple[int, ...] | None = None  # the dims the reused outputs are for
 
 
 # Reads a buffer of the run in progress by node id (a copy; a graph input's own array):
@@ -192,6 +205,13 @@ class CompiledGraph:
         self.library: ctypes.CDLL | None = None
         self.runners: list[Any] = []
         self.debug = int(os.environ.get("LUMINAL_DEBUG", "0") or 0)
+        self._forget_inputs()
+
+    def _forget_inputs(self) -> None:
+        """Nothing seen yet of the inputs' data (invariants.py learns which change)."""
+        self._last_inputs: dict[int, tuple[np.ndarray, int]] = {}
+        self._changed: set[int] = set()  # inputs the last run found changed
+        self._volatile: set[int] = set()
 
     # ---------------------------------------------------------------- building
     def units(self) -> list[tuple[str, str]]:
@@ -210,14 +230,17 @@ class CompiledGraph:
         for transient in ("library", "runners"):
             state.pop(transient, None)
         state["plans"] = {}
-        for derived in ("_bucketed", "_input_checks", "_bucket_layouts"):
+        for derived in ("_bucketed", "_input_checks", "_bucket_layouts", "_depends"):
             state.pop(derived, None)
+        for learnt in ("_last_inputs", "_changed", "_volatile"):
+            state.pop(learnt, None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self.library = None
         self.runners = []
+        self._forget_inputs()
 
     def build(self) -> None:
         if self.debug:
@@ -231,7 +254,7 @@ class CompiledGraph:
         for segment in self.segments:
             if segment.runner is not None:
                 fn = getattr(self.library, segment.runner)
-                fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+                fn.argtypes = [ctypes.c_void_p] * 4
                 fn.restype = ctypes.c_int
                 self.runners.append(fn)
             else:
@@ -242,6 +265,7 @@ class CompiledGraph:
         for segment in self.segments:
             for kernel in segment.kernels:
                 lines.append(f"void {kernel.name}();")
+        order = 0  # the kernel's place in the skip flags (all segments, run order)
         for index, segment in enumerate(self.segments):
             if segment.runner is None:
                 continue
@@ -251,12 +275,15 @@ class CompiledGraph:
                 call = f"{kernel.name}({args}{', s' if kernel.reports_faults else ''});"
                 if self.debug >= 2:
                     report = f'lm_report({index}, "{kernel.name}", lm_now() - t0);'
-                    body.append(f"    {{ double t0 = lm_now(); {call} {report} }}")
-                else:
-                    body.append(f"    {call}")
+                    call = f"{{ double t0 = lm_now(); {call} {report} }}"
                 if kernel.reports_faults:  # stop at the first fault: later kernels read it
-                    body.append(f"    if (s[0]) {{ s[3] = {position}; return 1; }}")
-            lines.append(f"int {segment.runner}(void** b, const long long* d, long long* s) {{")
+                    call += f" if (s[0]) {{ s[3] = {position}; return 1; }}"
+                body.append(f"    if (!k[{order}]) {{ {call} }}")
+                order += 1
+            lines.append(
+                f"int {segment.runner}(void** b, const long long* d, long long* s, "
+                "const unsigned char* k) {"
+            )
             lines.extend(body)
             lines.append("    return 0;\n}")
         if self.debug >= 2:
@@ -323,7 +350,8 @@ class CompiledGraph:
         # everything this run allocates fits in memory, or OutOfMemoryError before any of it
         outputs_bytes = {n: math.prod(s) * graph.nodes[n].dtype.itemsize for n, s in shapes.items()}
         kernels = (kernel for segment in self.segments for kernel in segment.kernels)
-        check_fits(footprint(plan, sizes, outputs_bytes, kernels, dims), graph, dims)
+        needs = footprint(plan, sizes, outputs_bytes, kernels, dims)
+        check_fits(needs, graph, dims)
         outputs = {n: np.empty(s, dtype=graph.nodes[n].dtype.numpy) for n, s in shapes.items()}
         arena = np.empty(max(plan.arena_bytes, 64), dtype=np.uint8)
         pointers = (ctypes.c_void_p * max(len(self.buffer_nodes), 1))()
@@ -346,11 +374,56 @@ class CompiledGraph:
             ctypes.cast(fault, ctypes.c_void_p),
         )
         run_plan.output_of = {id(array): node_id for node_id, array in outputs.items()}
+        run_plan.sizes = sizes
+        run_plan.spare_bytes = physical_memory() - needs.total
+        self._set_reuse(run_plan, self._reuse(graph, layouts))
         for node_id, layout in layouts.items():
             run_plan.buckets[node_id] = layout.bind(graph, pointers, self.slot)
         if not exact:
             self.plans[key] = run_plan
         return run_plan
+
+    def _reuse(self, graph: Graph, layouts: dict[int, buckets.BucketLayout]) -> Reuse:
+        """The kernels a plan made now reuses (invariants.plan_reuse)."""
+        depends = self.__dict__.get("_depends")
+        if depends is None:
+            functions = {s.function_node for s in self.segments if s.function_node is not None}
+            depends = invariants.input_dependencies(self.steps, self.input_nodes, functions)
+            self._depends = depends
+        always = set(self.keep)
+        always.update(s.function_node for s in self.segments if s.function_node is not None)
+        for layout in layouts.values():
+            always.update((layout.node, *layout.placed))
+        return invariants.plan_reuse(self.steps, depends, self._volatile, always)
+
+    def _set_reuse(self, run: RunPlan, reuse: Reuse) -> None:
+        """Give `run` the reuse planned for the volatile inputs seen now: reused outputs
+        that a recomputed kernel reads move from the arena (whose space later kernels
+        take; the plan keeps their place, so the same plan serves whatever is reused) to
+        their own arrays, and the runners get the skip flags, in their kernels' order.
+        Without room for those arrays, nothing is reused."""
+        if sum(run.sizes[n] for n in reuse.persistent) > run.spare_bytes:
+            reuse = NO_REUSE
+        base = run.arena.ctypes.data
+        for node_id in run.persistent.keys() - reuse.persistent:
+            run.pointers[self.slot[node_id]] = base + run.plan.offsets[node_id]
+        persistent = {}
+        for node_id in reuse.persistent:
+            array = run.persistent.get(node_id)
+            if array is None:
+                array = np.empty(run.sizes[node_id], dtype=np.uint8)
+            run.pointers[self.slot[node_id]] = array.ctypes.data
+            persistent[node_id] = array
+        kernels = [k.buffers[0] for segment in self.segments for k in segment.kernels]
+        skip = (ctypes.c_ubyte * max(len(kernels), 1))(*(n in reuse.nodes for n in kernels))
+        run_all = (ctypes.c_ubyte * max(len(kernels), 1))()
+        run.reuse = reuse
+        run.volatile = frozenset(self._volatile)
+        run.persistent = persistent
+        run.reused_dims = None
+        run.skip_arg = ctypes.cast(skip, ctypes.c_void_p)
+        run.run_all_arg = ctypes.cast(run_all, ctypes.c_void_p)
+        run.skip_flags = (skip, run_all)  # keeps the arrays behind the pointers alive
 
     def _hand_over(self, run: RunPlan, node_id: int, array: np.ndarray, previous: Any) -> None:
         """Output `array` became an input (state carried to the next run, as an optimizer's
@@ -394,7 +467,12 @@ class CompiledGraph:
                 "execute: the graph changed after CPUCompiler compiled it; compile again"
             )
         dims = self._dims(graph)
+        if not self._note_inputs(graph):  # a stable input changed: reused values are stale
+            for plan in self.plans.values():
+                plan.reused_dims = None
         run = self.run_plan(graph, dims)
+        if run.volatile != self._volatile:  # planned for other volatile inputs
+            self._set_reuse(run, self._reuse(graph, self._buckets(graph)))
         pointers = run.pointers
         seen = run.input_arrays
         for node_id in self.input_nodes:
@@ -411,20 +489,49 @@ class CompiledGraph:
             if owner is not None and run.outputs.get(owner) is data:
                 self._hand_over(run, owner, data, previous)
         dim_values = run.dim_values
-        for index, name in enumerate(self.dims):
-            dim_values[index] = dims.get(name, 0)
+        exact = tuple(dims.get(name, 0) for name in self.dims)
+        for index, size in enumerate(exact):
+            dim_values[index] = size
+        skip = run.skip_arg if run.reused_dims == exact else run.run_all_arg
+        run.reused_dims = None  # until this run has succeeded
         for segment, runner in zip(self.segments, self.runners, strict=True):
             start = time.perf_counter()
             if watch is not None and any(set(k.nodes) & watch.nodes for k in segment.kernels):
                 self._run_watched(graph, segment, run, dims, watch)
             elif runner is not None:
-                if runner(run.pointers_arg, run.dims_arg, run.fault_arg):
+                if runner(run.pointers_arg, run.dims_arg, run.fault_arg, skip):
                     self._raise_fault(graph, segment, run.fault)
             else:
                 self._run_function(graph, segment.function_node, run, dims)
             if self.debug >= 2:
                 print(f"[luminal] segment total {(time.perf_counter() - start) * 1e3:.3f} ms")
         graph.buffers = dict(run.outputs)
+        if run.reuse.nodes:
+            run.reused_dims = exact
+
+    def _note_inputs(self, graph: Graph) -> bool:
+        """Find the inputs whose data changed since the last run (another array, or the
+        same one `.set()` again: its version). One changed in two runs in a row becomes
+        volatile; one unchanged in two runs in a row, stable again. Whether only volatile
+        inputs changed (so reused values still hold)."""
+        last = self._last_inputs
+        seen_before = bool(last)
+        versions = graph.input_versions
+        changed = set()
+        for node_id in self.input_nodes:
+            data = graph.input_data[node_id]
+            version = versions.get(node_id, 0)
+            previous = last.get(node_id)
+            if previous is None or previous[0] is not data or previous[1] != version:
+                last[node_id] = (data, version)
+                changed.add(node_id)
+        if not seen_before:
+            return False
+        before, self._changed = self._changed, changed
+        volatile = self._volatile
+        volatile |= changed & before
+        volatile -= volatile - changed - before
+        return changed <= volatile
 
     def _run_watched(
         self, graph: Graph, segment: Segment, run: RunPlan, dims: dict, watch: Watch
@@ -507,8 +614,11 @@ class CompiledGraph:
         if node_id in run.buckets:
             return run.buckets[node_id]
         shape = tuple(d.evaluate(dims) for d in node.shape)
-        offset = run.plan.offsets[node_id]
         count = int(np.prod(shape, dtype=np.int64))
+        own = run.persistent.get(node_id)
+        if own is not None:
+            return own[: count * node.dtype.itemsize].view(node.dtype.numpy).reshape(shape)
+        offset = run.plan.offsets[node_id]
         return (
             run.arena[offset : offset + count * node.dtype.itemsize]
             .view(node.dtype.numpy)
