@@ -90,6 +90,33 @@ def test_int8_graph_compiles_with_the_default_check(
     assert ((compiled * reference).sum(axis=1) / norms >= 0.9995).all()
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_int8_decode_path_compiles_with_the_default_check(
+    files: dict[tuple[str, int], Path], kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session whose first call is one token compiles (and is checked) on the few-row
+    path (8-bit activations against the packed rows, no tiles): every 8-bit matmul is run
+    on the compiled program's inputs there too, and the steps after it stay within the
+    bound of the test above."""
+    replays = _replays(monkeypatch)
+    model = load_gguf_model(files[kind, 0], quantized_activations=True)
+    tokens = [int(PROMPT[0]), *STEPS]
+    session = model.session(compiler=lm.CPUCompiler(cache=False))
+    compiled = np.stack([session.prefill(np.array(tokens[:1], np.int32))[0]])
+    assert len(replays) == 2 * 7 + 1
+    compiled = np.concatenate([compiled, [session.step([t])[0] for t in tokens[1:]]])
+    reference_session = model.session(compile=False)
+    sixteen_session = load_gguf_model(files[kind, 0]).session(compile=False)
+    rows = []
+    for s in (reference_session, sixteen_session):
+        first = s.prefill(np.array(tokens[:1], np.int32))[0]
+        rows.append(np.stack([first, *[s.step([t])[0] for t in tokens[1:]]]))
+    reference, sixteen = rows
+    rounding = np.abs(reference - sixteen).max(axis=1)
+    assert (rounding > 1e-3).all()
+    assert (np.abs(compiled - reference).max(axis=1) <= 2 * rounding).all()
+
+
 def _patched_source(monkeypatch: pytest.MonkeyPatch, old: str, new: str) -> None:
     """Every packed-weight kernel built from now on has `old` replaced by `new` in its C."""
     original = ops.format_source
