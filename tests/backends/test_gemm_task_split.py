@@ -1,7 +1,9 @@
-"""lm_gemm's tasks: column chunks as wide as LM_TASK_PANELS allows, narrowed only while
-the tasks would not cover the threads, rows split when the chunks are few. Products
-across those regimes (one row panel, a few, many; one column panel to more than a chunk;
-partial edge panels; K over several blocks), on one and two threads, against numpy."""
+"""lm_gemm's tasks: column chunks as wide as LM_TASK_PANELS allows, narrowed while the
+tasks would not cover the threads (with m <= n down to one panel before rows are split,
+with m > n only while chunks times row panels are too few), rows split when the chunks
+are few; one thread runs one task per chunk. Products across those regimes (one row
+panel, a few, many; one column panel to more than a chunk; partial edge panels; K over
+several blocks), on one and two threads, against numpy."""
 
 from __future__ import annotations
 
@@ -22,6 +24,8 @@ from .test_gemm import NO_TRANS, TRANS, product, sgemm, threads  # noqa: F401 - 
         (203, 48, 70),  # many row panels, a single column panel
         (333, 410, 520),  # a partial chunk and partial tiles, K over three blocks
         (1000, 384, 257),  # MiniLM's shape family: all 8 panels in one chunk, rows split
+        (64, 400, 600),  # a convolution's shape (m <= n): 9 one-panel chunks, rows split
+        (16, 200, 100),  # m <= n, 5 column panels: one-panel chunks and 2 row panels
     ],
 )
 def test_task_split_equals_numpy(sgemm, threads, count: int, m: int, n: int, k: int) -> None:  # noqa: ANN001, F811

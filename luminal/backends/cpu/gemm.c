@@ -343,13 +343,19 @@ static int lm_gemm(int ta, long long m, long long n, long long k, const float* a
     float* ap = (float*)malloc((size_t)((mp - packed_from * LM_MR) * k + 1) * sizeof(float));
     if (!ap) return 1;
     const int threads = omp_get_max_threads();
-    /* tasks: column chunks of TASK_PANELS panels (each packed A panel then serves that
-       many tiles), narrower only while chunks times row panels give under 4 tasks per
-       thread; with few chunks the rows are split too */
+    /* tasks: column chunks of TASK_PANELS panels (a task packs its chunk's B panels once
+       and multiplies every row panel by them), at least 4 per thread. Each row part packs
+       the chunk's B panels again, each narrower chunk re-reads A: with m <= n (a
+       convolution, whose gathered columns are costly to pack next to 64-256 rows of
+       products) chunks narrow first and rows are split only past one panel per chunk; with
+       m > n chunks narrow only while chunks times row panels are too few. One thread:
+       one task per chunk. */
+    const long long wanted = threads > 1 ? 4LL * threads : 1;
+    const long long row_tasks = m > n ? m_panels : 1;
     long long chunk = n_panels < LM_TASK_PANELS ? n_panels : LM_TASK_PANELS;
-    while (chunk > 1 && (n_panels + chunk - 1) / chunk * m_panels < 4LL * threads) chunk--;
+    while (chunk > 1 && (n_panels + chunk - 1) / chunk * row_tasks < wanted) chunk--;
     const long long n_chunks = (n_panels + chunk - 1) / chunk;
-    long long m_parts = n_chunks >= 4LL * threads ? 1 : (4LL * threads + n_chunks - 1) / n_chunks;
+    long long m_parts = n_chunks >= wanted ? 1 : (wanted + n_chunks - 1) / n_chunks;
     m_parts = m_parts > m_panels ? m_panels : m_parts;
     const long long tasks = n_chunks * m_parts;
     int failed = 0;
