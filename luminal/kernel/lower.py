@@ -296,7 +296,9 @@ def gather_kernel(
     graph: Graph, node: Node, materialised: set[int], dims: Sequence[str]
 ) -> ir.Kernel:
     """Rows of a table at int32 indices; an index out of range reads row 0 and is recorded
-    in the run's fault record, which the runtime turns into an ExecutionError."""
+    in the run's fault record, which the runtime turns into an ExecutionError. The index
+    is read and checked once per row, outside the loops over the row's elements (a copy
+    gcc vectorises): per element, MiniLM's NaN-row select (6 MB) took 1.9 ms, 5x a copy."""
     w = _writer(graph, node, materialised)
     table_edge, index_edge = node.inputs
     lead = len(index_edge.view.shape)
@@ -306,12 +308,13 @@ def gather_kernel(
     index_value = w.edge(index_edge, indices[:lead])
     value = w.edge(table_edge, [row, *indices[lead:]])
     index_dtype = graph.nodes[index_edge.source].dtype
+    store = ir.Store(0, flat_index(indices, node.shape), value, node.dtype)
     body = [
         ir.Declare(_name(row), ir.INDEX, ir.Cast(index_value, index_dtype, ir.INDEX)),
         ir.CheckIndex(_name(row), rows, "clamp"),
-        ir.Store(0, flat_index(indices, node.shape), value, node.dtype),
+        *loop_nest(node.shape[lead:], indices[lead:], [store], None),
     ]
-    nest = loop_nest(node.shape, indices, body, product(node.shape))
+    nest = loop_nest(node.shape[:lead], indices[:lead], body, product(node.shape))
     return _kernel(graph, node, w, dims, nest, faults=True)
 
 
