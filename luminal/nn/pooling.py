@@ -104,7 +104,11 @@ def max_pool(
             to_last = [a for a in range(nd) if a != axis] + [axis]
             back = list(range(axis)) + [nd - 1] + list(range(axis, nd - 1))
             pooled = x.permute(to_last).pool_last_dim(kernel[i], strides[i], dilations[i])
-            x = pooled.max(nd).permute(back)
+            # the windows axis back in place before reducing the kernel axis: each
+            # reduction's output is stored in x's own axis order (reduced and then
+            # permuted, a 2-d pool's output was stored transposed, and the next layer
+            # read it so: LeNet's conv2 im2col copy, flatten and pool gradients)
+            x = pooled.permute([*back, nd]).max(nd)
         return x
 
 

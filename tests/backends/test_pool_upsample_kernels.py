@@ -56,3 +56,21 @@ def test_upsample_read_by_concat_is_not_copied(rng) -> None:  # noqa: ANN001
     cx.execute()
     expected = torch.cat([F.interpolate(torch.tensor(a) * 2, scale_factor=2), torch.tensor(b)], 1)
     np.testing.assert_allclose(out.numpy(), expected.numpy() * 3, rtol=1e-6, atol=0)
+
+
+def test_max_pool_output_is_stored_in_its_own_axis_order(rng) -> None:  # noqa: ANN001
+    """Each pass's reduction is stored in the input's axis order (the windows axis back in
+    place, the kernel axis reduced), so the pooled map is not stored transposed for the
+    next layer to read across (2x2 pools of 8x6 maps: (2, 3, 4, 3), not (2, 3, 3, 4))."""
+    x = uniform(rng, (2, 3, 8, 6))
+    cx = lm.Graph()
+    y = lm.nn.MaxPool2d(2)(cx.tensor(x.shape).set(x)).retrieve()
+    shapes = [
+        tuple(d.as_int() for d in n.shape)
+        for n in cx.nodes.values()
+        if isinstance(n.op, ops.MaxReduce)
+    ]
+    assert shapes == [(2, 3, 8, 3), (2, 3, 4, 3)], shapes
+    cx.compile(CPUCompiler())
+    cx.execute()
+    np.testing.assert_array_equal(y.numpy(), F.max_pool2d(torch.tensor(x), 2).numpy())
