@@ -167,6 +167,19 @@ static void lm_pack_a(int ta, const float* a, long long lda, long long m, long l
             out[p * LM_MR + r] = r < rows ? lm_at(a, lda, ta, i0 + r, p0 + p) : 0.0f;
 }
 
+/* packed A panel t of `packed` (row panels from `first`, K blocks of kb): K block t /
+   packed, row panel first + t % packed, at its place in ap (block q's panels one after
+   another from q * kb * packed * MR) */
+static void lm_pack_a_panel(int ta, const float* a, long long lda, long long m, long long k,
+                            long long kb, long long first, long long packed, long long t,
+                            float* ap)
+{
+    const long long q = t / packed, panel = first + t % packed;
+    const long long p0 = q * kb, kc = k - p0 < kb ? k - p0 : kb;
+    lm_pack_a(ta, a, lda, m, panel * LM_MR, p0, kc,
+              ap + p0 * packed * LM_MR + (panel - first) * LM_MR * kc);
+}
+
 /* op(B): a matrix (b, ldb, tb), or with `gather` a tensor whose K index runs over
    gather's first axes and whose column index over the rest (see lm_sgemm_gather) */
 typedef struct {
@@ -359,21 +372,25 @@ static int lm_gemm(int ta, long long m, long long n, long long k, const float* a
     m_parts = m_parts > m_panels ? m_panels : m_parts;
     const long long tasks = n_chunks * m_parts;
     int failed = 0;
+    /* A's packed panels: with A in place only the partial last row panel, packed here
+       before the threads start; else all, by the threads, with a barrier after (under
+       load a barrier waits for a descheduled thread: one fewer per product) */
+    const long long packed = m_panels - packed_from;
+    if (a_in_place)
+        for (long long t = 0; t < k_blocks * packed; t++)
+            lm_pack_a_panel(ta, a, lda, m, k, kb, packed_from, packed, t, ap);
     #pragma omp parallel num_threads(threads) if (threads > 1 && tasks > 1) reduction(| : failed)
     {
-        #pragma omp for schedule(static)
-        for (long long t = 0; t < k_blocks * (m_panels - packed_from); t++) {
-            const long long q = t / (m_panels - packed_from);
-            const long long panel = packed_from + t % (m_panels - packed_from);
-            const long long p0 = q * kb, kc = k - p0 < kb ? k - p0 : kb;
-            lm_pack_a(ta, a, lda, m, panel * LM_MR, p0, kc,
-                      ap + p0 * (mp - packed_from * LM_MR) + (panel - packed_from) * LM_MR * kc);
+        if (!a_in_place) {
+            #pragma omp for schedule(static)
+            for (long long t = 0; t < k_blocks * packed; t++)
+                lm_pack_a_panel(ta, a, lda, m, k, kb, packed_from, packed, t, ap);
         }
         float* bp = (float*)malloc((size_t)(chunk * LM_NR * kb) * sizeof(float));
         failed |= bp == 0;
         long long rows_at[LM_KC];
         const float* direct[LM_TASK_PANELS];
-        #pragma omp for schedule(dynamic, 1)
+        #pragma omp for schedule(dynamic, 1) nowait /* the region's end joins */
         for (long long t = 0; t < tasks; t++) {
             if (!bp) continue;
             const long long first = t / m_parts * chunk, part = t % m_parts;
@@ -394,8 +411,7 @@ static int lm_gemm(int ta, long long m, long long n, long long k, const float* a
                     const int direct_a = ip < packed_from;
                     const float* panel =
                         direct_a ? a + ip * LM_MR * lda + p0
-                                 : ap + p0 * (mp - packed_from * LM_MR) +
-                                       (ip - packed_from) * LM_MR * kc;
+                                 : ap + p0 * packed * LM_MR + (ip - packed_from) * LM_MR * kc;
                     for (long long jp = first; jp < last; jp++) {
                         const long long cols = n - jp * LM_NR < LM_NR ? n - jp * LM_NR : LM_NR;
                         const float* b = direct[jp - first];
