@@ -67,6 +67,7 @@ class GradientBucket:
         self.peers: list[np.ndarray] | None = None
         self.peer_inputs: list[tuple[int, np.ndarray]] = []  # graph input -> a peer's bucket
         self._settling = False  # a fence started after the last run, not ended yet
+        self._graph: Graph | None = None  # the graph whose inputs the peers' buckets are
 
     def __deepcopy__(self, memo: dict) -> GradientBucket:
         """A copied graph (the compiler's reference copy) shares the bucket: it holds
@@ -90,6 +91,7 @@ class GradientBucket:
         """Point the peers' bucket inputs at the peers' shared arrays. Done after
         compiling: the compiler's verification runs read private zeros instead, as the
         peers may be writing their buckets meanwhile."""
+        self._graph = graph
         for node_id, array in self.peer_inputs:
             graph.input_data[node_id] = array
 
@@ -121,7 +123,15 @@ class GradientBucket:
 
     def ready(self) -> None:
         """Before a run, which writes this rank's bucket: wait until every peer is done
-        reading it (by then they almost always are: no waiting)."""
+        reading it (by then they almost always are: no waiting). And mark the peers'
+        buckets as new data, as `set()` does: the peers rewrite the same arrays every
+        run, and a runtime that reuses what it computed from unchanged inputs (the CPU
+        runtime) must not take them for stable (with 3 ranks or more a kernel may read
+        peers' buckets only)."""
+        if self._graph is not None:
+            versions = self._graph.input_versions
+            for node_id, _ in self.peer_inputs:
+                versions[node_id] = versions.get(node_id, 0) + 1
         if self._settling:
             self._settling = False
             self.communicator.fence_end(self._flat, op="all_reduce")
