@@ -95,9 +95,10 @@ class Graph:
         self._next_id = 0
         self._building = False
         self.input_data: dict[int, np.ndarray] = {}
-        # input -> how many times it was set(): a runtime that reuses results computed
-        # from an input tells a new set() of the same array by it
+        # input -> the set() that gave its data (`set_count` then): a runtime that reuses
+        # results computed from an input tells a new set() of the same array by it
         self.input_versions: dict[int, int] = {}
+        self.set_count = 0  # set() calls so far
         self.buffers: dict[int, np.ndarray] = {}
         self.retrieved: set[int] = set()
         self.kept: set[int] = set()
@@ -129,6 +130,7 @@ class Graph:
         self.__dict__.setdefault("failed_run", None)
         self.__dict__.setdefault("carries", [])
         self.__dict__.setdefault("input_versions", {})
+        self.__dict__.setdefault("set_count", 0)
         self._compiling = False
         self.lock = threading.RLock()
 

@@ -129,8 +129,8 @@ class GraphTensor(UnaryOps, BinaryOps, MovementOps, ReductionOps, MatmulOps, Oth
                         )
         self.graph.dims.update(bindings)
         self.graph.input_data[node.id] = np.asarray(data, order="C")
-        versions = self.graph.input_versions
-        versions[node.id] = versions.get(node.id, 0) + 1
+        self.graph.set_count += 1
+        self.graph.input_versions[node.id] = self.graph.set_count
         return self
 
     def retrieve(self) -> GraphTensor:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import operator
 import os
 import time
 from collections.abc import Callable
@@ -209,7 +210,8 @@ class CompiledGraph:
 
     def _forget_inputs(self) -> None:
         """Nothing seen yet of the inputs' data (invariants.py learns which change)."""
-        self._last_inputs: dict[int, tuple[np.ndarray, int]] = {}
+        self._last_arrays: tuple[np.ndarray, ...] | None = None  # per input, last run
+        self._last_sets = 0  # graph.set_count at the last run
         self._changed: set[int] = set()  # inputs the last run found changed
         self._volatile: set[int] = set()
 
@@ -230,9 +232,15 @@ class CompiledGraph:
         for transient in ("library", "runners"):
             state.pop(transient, None)
         state["plans"] = {}
-        for derived in ("_bucketed", "_input_checks", "_bucket_layouts", "_depends"):
+        for derived in (
+            "_bucketed",
+            "_input_checks",
+            "_bucket_layouts",
+            "_depends",
+            "_input_getter",
+        ):
             state.pop(derived, None)
-        for learnt in ("_last_inputs", "_changed", "_volatile"):
+        for learnt in ("_last_arrays", "_last_sets", "_changed", "_volatile"):
             state.pop(learnt, None)
         return state
 
@@ -511,26 +519,34 @@ class CompiledGraph:
 
     def _note_inputs(self, graph: Graph) -> bool:
         """Find the inputs whose data changed since the last run (another array, or the
-        same one `.set()` again: its version). One changed in two runs in a row becomes
-        volatile; one unchanged in two runs in a row, stable again. Whether only volatile
-        inputs changed (so reused values still hold)."""
-        last = self._last_inputs
-        seen_before = bool(last)
-        versions = graph.input_versions
-        changed = set()
-        for node_id in self.input_nodes:
-            data = graph.input_data[node_id]
-            version = versions.get(node_id, 0)
-            previous = last.get(node_id)
-            if previous is None or previous[0] is not data or previous[1] != version:
-                last[node_id] = (data, version)
-                changed.add(node_id)
-        if not seen_before:
+        same one `.set()` again: `graph.input_versions` stamps each set()). One changed in
+        two runs in a row becomes volatile; one unchanged in two runs in a row, stable
+        again. Whether only volatile inputs changed (so reused values still hold)."""
+        nodes = self.input_nodes
+        if not nodes:
+            return True
+        getter = self.__dict__.get("_input_getter")
+        if getter is None:  # one C call for all the arrays
+            getter = self._input_getter = operator.itemgetter(*nodes)
+        arrays = getter(graph.input_data)
+        if len(nodes) == 1:
+            arrays = (arrays,)
+        versions, last = graph.input_versions, self._last_arrays
+        if last is None:
+            self._last_arrays, self._last_sets = arrays, graph.set_count
             return False
+        if graph.set_count == self._last_sets and all(map(operator.is_, arrays, last)):
+            changed: set[int] = set()  # the common case, checked at C speed
+        else:  # a set() since the last run is one with a later stamp than that run's
+            stamp = self._last_sets
+            changed = {n for n, a, b in zip(nodes, arrays, last, strict=True) if a is not b}
+            changed.update(n for n in nodes if versions.get(n, 0) > stamp)
+            self._last_arrays, self._last_sets = arrays, graph.set_count
         before, self._changed = self._changed, changed
         volatile = self._volatile
-        volatile |= changed & before
-        volatile -= volatile - changed - before
+        if changed or before or volatile:
+            volatile |= changed & before
+            volatile -= volatile - changed - before
         return changed <= volatile
 
     def _run_watched(
