@@ -189,3 +189,33 @@ def test_training_with_a_stable_input_matches_torch() -> None:
     np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(w.numpy(), tw.detach().numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(b.numpy(), tb_.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_function_reads_reused_output_and_its_readers_rerun() -> None:
+    """A Python Function reading a reused output (in its own array) gets the current
+    value on every run, and the kernels after it, which a Function makes volatile, are
+    computed every run even when they read only parameters through it."""
+    from luminal import ops
+
+    calls = []
+
+    def double(a: np.ndarray) -> np.ndarray:
+        calls.append(1)
+        return a * 2
+
+    cx = lm.Graph()
+    x = cx.tensor((3,))
+    w = cx.tensor((3,)).set(np.array([1.0, 4.0, 9.0], np.float32))
+    root = w.sqrt()  # reused
+    doubled = cx.add_node(ops.Function("double", double), [root], (3,), lm.float32)
+    y = ((doubled + 1.0) * x).retrieve()
+    cx.compile(lm.CPUCompiler())
+    rng = np.random.default_rng(5)
+    start = len(calls)
+    for _ in range(5):
+        data = rng.standard_normal(3).astype(np.float32)
+        x.set(data)
+        cx.execute()
+        np.testing.assert_allclose(y.numpy(), (np.array([2.0, 4.0, 6.0]) + 1.0) * data, rtol=1e-6)
+    assert len(calls) - start == 5
+    assert reused(cx), "sqrt(w) should be reused"
