@@ -64,6 +64,21 @@ def test_products_equal_numpy(sgemm, threads, rng, shape, count) -> None:  # noq
             np.testing.assert_allclose(got, reference(a, b, ta, tb), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("shape", [(16, 150, 4500), (9, 49, 4099), (4, 1000, 4096)])
+def test_split_k_slices_that_fill_the_tiles(sgemm, threads, rng, shape) -> None:  # noqa: ANN001
+    """Two threads, a small output and a long K: each thread's K slice runs in the packed
+    kernel when it fills the register tiles (LeNet conv2's weight gradient is 16 x 150
+    over 6400), the slices' products then added; every transpose pair, odd K."""
+    threads(2)
+    m, n, k = shape
+    for ta in (NO_TRANS, TRANS):
+        for tb in (NO_TRANS, TRANS):
+            a = rng.uniform(-1, 1, (k, m) if ta == TRANS else (m, k)).astype(np.float32)
+            b = rng.uniform(-1, 1, (n, k) if tb == TRANS else (k, n)).astype(np.float32)
+            got = product(sgemm, a, b, ta, tb, pad=3)
+            np.testing.assert_allclose(got, reference(a, b, ta, tb), rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("count", [1, 2])
 @pytest.mark.parametrize(("m", "k"), [(203, 1000), (64, 384), (13, 769)])
 def test_rows_of_a_read_in_place(sgemm, threads, rng, count: int, m: int, k: int) -> None:  # noqa: ANN001

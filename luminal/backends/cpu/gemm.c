@@ -496,7 +496,15 @@ static int lm_sgemm_split_k(int ta, int tb, long long m, long long n, long long 
         const long long k0 = k * t / count, k1 = k * (t + 1) / count;
         const float* a0 = a + (ta == LM_NO_TRANS ? k0 : k0 * lda);
         const float* b0 = b + (tb == LM_NO_TRANS ? k0 * ldb : k0);
-        lm_blas_sgemm(ta, tb, m, n, k1 - k0, a0, lda, b0, ldb, part + (long long)t * m * n, n);
+        float* mine = part + (long long)t * m * n;
+        /* a slice that fills the register tiles runs in the packed kernel (on this thread:
+           the region is already parallel), faster than lm_dots' 2 x 4 dot products:
+           16 x 150 x 3200 (LeNet conv2's weight gradient, half its K) 0.24 -> 0.14 ms */
+        const lm_in in = {tb, b0, ldb, 0};
+        const lm_out slice = {mine, n, n, 0};
+        if (m < LM_MIN_ROWS || n < LM_NR || m * n * (k1 - k0) < LM_MIN_WORK ||
+            lm_gemm(ta, m, n, k1 - k0, a0, lda, &in, &slice))
+            lm_blas_sgemm(ta, tb, m, n, k1 - k0, a0, lda, b0, ldb, mine, n);
     }
     for (long long r = 0; r < m; r++)
         for (long long j = 0; j < n; j++) {
