@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -87,6 +88,21 @@ def test_the_same_graph_hits_and_runs_with_new_data(cache: Path):
     cx.execute()
     np.testing.assert_allclose(y.numpy(), expected, rtol=1e-5, atol=1e-5)
     assert cx.num_nodes > 0 and cx.compiled.version == cx.nodes.version
+
+
+def test_a_loaded_program_reports_kernel_times_under_debug_level_two(
+    cache: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+):
+    """LUMINAL_DEBUG=2 on a cache hit: the runner is built with its per-kernel timing
+    (before, the level was set only after the library was built: no kernel lines)."""
+    cx, _, _ = _graph()
+    assert not _compile(cx)
+    monkeypatch.setenv("LUMINAL_DEBUG", "2")
+    cx, _, _ = _graph(seed=4)
+    assert _compile(cx)
+    capfd.readouterr()
+    cx.execute()
+    assert re.search(r"^\[luminal\] segment \d+ lm_\S+ [\d.]+ ms$", capfd.readouterr().err, re.M)
 
 
 @pytest.mark.parametrize(

@@ -151,6 +151,7 @@ class CPUCompiler:
         if self.verify and not entry.verified:
             return None  # compiled (and verified) again, then stored as verified
         compiled = entry.compiled
+        compiled.debug = program_cache.debug_level()
         try:
             compiled.build()
         except CompileError:

@@ -180,8 +180,13 @@ def install(graph: Graph, entry: Entry) -> CompiledGraph:
     compiled = entry.compiled
     compiled.version = table.version
     compiled.keep = set(graph.retrieved) | set(graph.kept)
-    compiled.debug = int(os.environ.get("LUMINAL_DEBUG", "0") or 0)
     return compiled
+
+
+def debug_level() -> int:
+    """LUMINAL_DEBUG for a loaded program: set before it is built, since level 2's
+    per-kernel timing is compiled into the runner."""
+    return int(os.environ.get("LUMINAL_DEBUG", "0") or 0)
 
 
 class ProgramCache:
