@@ -102,14 +102,14 @@ void lm_sgemm_<hash>();
 void lm_sgemm_<hash>();
 void lm_add_<hash>();
 void lm_add_<hash>();
-int lm_run_segment_0(void** b, const long long* d, long long* s) {
+int lm_run_segment_0(void** b, const long long* d, long long* s, const unsigned char* k) {
     s[0] = 0;
-    lm_contiguous_<hash>(b[2], b[0], d);
-    lm_sgemm_<hash>(b[3], b[2], b[1], d);
-    lm_add_<hash>(b[4], b[3], d);
-    lm_sgemm_<hash>(b[5], b[4], b[2], d);
-    lm_sgemm_<hash>(b[6], b[4], b[1], d);
-    lm_add_<hash>(b[7], b[6], d);
-    lm_add_<hash>(b[8], b[7], d);
+    if (!k[0]) { lm_contiguous_<hash>(b[2], b[0], d); }
+    if (!k[1]) { lm_sgemm_<hash>(b[3], b[2], b[1], d); }
+    if (!k[2]) { lm_add_<hash>(b[4], b[3], d); }
+    if (!k[3]) { lm_sgemm_<hash>(b[5], b[4], b[2], d); }
+    if (!k[4]) { lm_sgemm_<hash>(b[6], b[4], b[1], d); }
+    if (!k[5]) { lm_add_<hash>(b[7], b[6], d); }
+    if (!k[6]) { lm_add_<hash>(b[8], b[7], d); }
     return 0;
 }

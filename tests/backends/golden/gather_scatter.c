@@ -44,11 +44,10 @@ typedef void (*lm_kernel_fn)(void);
 void lm_constant_<hash>();
 void lm_constant_<hash>();
 void lm_scatter_<hash>();
-int lm_run_segment_0(void** b, const long long* d, long long* s) {
+int lm_run_segment_0(void** b, const long long* d, long long* s, const unsigned char* k) {
     s[0] = 0;
-    lm_constant_<hash>(b[1], d);
-    lm_constant_<hash>(b[2], d);
-    lm_scatter_<hash>(b[3], b[1], b[0], b[2], d, s);
-    if (s[0]) { s[3] = 2; return 1; }
+    if (!k[0]) { lm_constant_<hash>(b[1], d); }
+    if (!k[1]) { lm_constant_<hash>(b[2], d); }
+    if (!k[2]) { lm_scatter_<hash>(b[3], b[1], b[0], b[2], d, s); if (s[0]) { s[3] = 2; return 1; } }
     return 0;
 }

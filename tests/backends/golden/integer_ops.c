@@ -48,10 +48,10 @@ typedef void (*lm_kernel_fn)(void);
 void lm_mod_add_cast_recip_<hash>();
 void lm_mul_add_mod_<hash>();
 void lm_sumreduce_<hash>();
-int lm_run_segment_0(void** b, const long long* d, long long* s) {
+int lm_run_segment_0(void** b, const long long* d, long long* s, const unsigned char* k) {
     s[0] = 0;
-    lm_mod_add_cast_recip_<hash>(b[2], b[0], b[1], d);
-    lm_mul_add_mod_<hash>(b[3], b[1], b[0], d);
-    lm_sumreduce_<hash>(b[4], b[1], d);
+    if (!k[0]) { lm_mod_add_cast_recip_<hash>(b[2], b[0], b[1], d); }
+    if (!k[1]) { lm_mul_add_mod_<hash>(b[3], b[1], b[0], d); }
+    if (!k[2]) { lm_sumreduce_<hash>(b[4], b[1], d); }
     return 0;
 }

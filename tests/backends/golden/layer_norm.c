@@ -30,8 +30,8 @@ void lm_recip_contract_add_mul_<hash>(float* restrict b0, const float* restrict 
 /* ---- runners */
 typedef void (*lm_kernel_fn)(void);
 void lm_recip_contract_add_mul_<hash>();
-int lm_run_segment_0(void** b, const long long* d, long long* s) {
+int lm_run_segment_0(void** b, const long long* d, long long* s, const unsigned char* k) {
     s[0] = 0;
-    lm_recip_contract_add_mul_<hash>(b[3], b[1], b[0], b[2], d);
+    if (!k[0]) { lm_recip_contract_add_mul_<hash>(b[3], b[1], b[0], b[2], d); }
     return 0;
 }

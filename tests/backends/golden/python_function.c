@@ -31,13 +31,13 @@ void lm_constant_mul_exp2_add_<hash>(float* restrict b0, const float* restrict b
 typedef void (*lm_kernel_fn)(void);
 void lm_constant_mul_<hash>();
 void lm_constant_mul_exp2_add_<hash>();
-int lm_run_segment_0(void** b, const long long* d, long long* s) {
+int lm_run_segment_0(void** b, const long long* d, long long* s, const unsigned char* k) {
     s[0] = 0;
-    lm_constant_mul_<hash>(b[1], b[0], d);
+    if (!k[0]) { lm_constant_mul_<hash>(b[1], b[0], d); }
     return 0;
 }
-int lm_run_segment_2(void** b, const long long* d, long long* s) {
+int lm_run_segment_2(void** b, const long long* d, long long* s, const unsigned char* k) {
     s[0] = 0;
-    lm_constant_mul_exp2_add_<hash>(b[3], b[1], d);
+    if (!k[1]) { lm_constant_mul_exp2_add_<hash>(b[3], b[1], d); }
     return 0;
 }

@@ -41,9 +41,9 @@ void lm_maxreduce_<hash>(float* restrict b0, const float* restrict b1, const lon
 typedef void (*lm_kernel_fn)(void);
 void lm_sumreduce_<hash>();
 void lm_maxreduce_<hash>();
-int lm_run_segment_0(void** b, const long long* d, long long* s) {
+int lm_run_segment_0(void** b, const long long* d, long long* s, const unsigned char* k) {
     s[0] = 0;
-    lm_sumreduce_<hash>(b[1], b[0], d);
-    lm_maxreduce_<hash>(b[2], b[0], d);
+    if (!k[0]) { lm_sumreduce_<hash>(b[1], b[0], d); }
+    if (!k[1]) { lm_maxreduce_<hash>(b[2], b[0], d); }
     return 0;
 }

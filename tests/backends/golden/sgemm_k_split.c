@@ -12,8 +12,8 @@ void lm_sgemm_<hash>(float* restrict b0, const float* restrict b1, const float* 
 /* ---- runners */
 typedef void (*lm_kernel_fn)(void);
 void lm_sgemm_<hash>();
-int lm_run_segment_0(void** b, const long long* d, long long* s) {
+int lm_run_segment_0(void** b, const long long* d, long long* s, const unsigned char* k) {
     s[0] = 0;
-    lm_sgemm_<hash>(b[2], b[0], b[1], d);
+    if (!k[0]) { lm_sgemm_<hash>(b[2], b[0], b[1], d); }
     return 0;
 }

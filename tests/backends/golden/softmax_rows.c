@@ -33,8 +33,8 @@ void lm_recip_sumreduce_exp2_maxreduce_<hash>(float* restrict b0, const float* r
 /* ---- runners */
 typedef void (*lm_kernel_fn)(void);
 void lm_recip_sumreduce_exp2_maxreduce_<hash>();
-int lm_run_segment_0(void** b, const long long* d, long long* s) {
+int lm_run_segment_0(void** b, const long long* d, long long* s, const unsigned char* k) {
     s[0] = 0;
-    lm_recip_sumreduce_exp2_maxreduce_<hash>(b[1], b[0], d);
+    if (!k[0]) { lm_recip_sumreduce_exp2_maxreduce_<hash>(b[1], b[0], d); }
     return 0;
 }

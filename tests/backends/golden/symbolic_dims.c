@@ -74,11 +74,11 @@ void lm_sgemm_<hash>();
 void lm_recip_sumreduce_exp2_maxreduce_<hash>();
 void lm_sumreduce_<hash>();
 void lm_constant_mul_<hash>();
-int lm_run_segment_0(void** b, const long long* d, long long* s) {
+int lm_run_segment_0(void** b, const long long* d, long long* s, const unsigned char* k) {
     s[0] = 0;
-    lm_sgemm_<hash>(b[2], b[0], b[1], d);
-    lm_recip_sumreduce_exp2_maxreduce_<hash>(b[3], b[2], d);
-    lm_sumreduce_<hash>(b[4], b[0], d);
-    lm_constant_mul_<hash>(b[5], b[4], d);
+    if (!k[0]) { lm_sgemm_<hash>(b[2], b[0], b[1], d); }
+    if (!k[1]) { lm_recip_sumreduce_exp2_maxreduce_<hash>(b[3], b[2], d); }
+    if (!k[2]) { lm_sumreduce_<hash>(b[4], b[0], d); }
+    if (!k[3]) { lm_constant_mul_<hash>(b[5], b[4], d); }
     return 0;
 }
