@@ -61,7 +61,24 @@ def test_upsample_read_by_concat_is_not_copied(rng) -> None:  # noqa: ANN001
 def test_max_pool_output_is_stored_in_its_own_axis_order(rng) -> None:  # noqa: ANN001
     """Each pass's reduction is stored in the input's axis order (the windows axis back in
     place, the kernel axis reduced), so the pooled map is not stored transposed for the
-    next layer to read across (2x2 pools of 8x6 maps: (2, 3, 4, 3), not (2, 3, 3, 4))."""
+    next layer to read across (3x3/2 pools of 9x7 maps: (2, 3, 4, 3), not (2, 3, 3, 4))."""
+    x = uniform(rng, (2, 3, 9, 7))
+    cx = lm.Graph()
+    y = lm.nn.MaxPool2d(3, stride=2)(cx.tensor(x.shape).set(x)).retrieve()
+    shapes = [
+        tuple(d.as_int() for d in n.shape)
+        for n in cx.nodes.values()
+        if isinstance(n.op, ops.MaxReduce)
+    ]
+    assert shapes == [(2, 3, 9, 3), (2, 3, 4, 3)], shapes
+    cx.compile(CPUCompiler())
+    cx.execute()
+    np.testing.assert_array_equal(y.numpy(), F.max_pool2d(torch.tensor(x), 3, 2).numpy())
+
+
+def test_two_by_two_max_pool_reduces_each_window_in_place(rng) -> None:  # noqa: ANN001
+    """A 2x2 window costs 4 comparisons either way, so it is reduced over its kernel dims
+    (window rows, then the window) with no pass over whole image rows; values vs torch."""
     x = uniform(rng, (2, 3, 8, 6))
     cx = lm.Graph()
     y = lm.nn.MaxPool2d(2)(cx.tensor(x.shape).set(x)).retrieve()
@@ -70,7 +87,7 @@ def test_max_pool_output_is_stored_in_its_own_axis_order(rng) -> None:  # noqa: 
         for n in cx.nodes.values()
         if isinstance(n.op, ops.MaxReduce)
     ]
-    assert shapes == [(2, 3, 8, 3), (2, 3, 4, 3)], shapes
+    assert shapes == [(2, 3, 4, 3, 2), (2, 3, 4, 3)], shapes
     cx.compile(CPUCompiler())
     cx.execute()
     np.testing.assert_array_equal(y.numpy(), F.max_pool2d(torch.tensor(x), 2).numpy())
