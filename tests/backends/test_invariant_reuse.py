@@ -72,6 +72,10 @@ def test_parameters_set_again_are_seen() -> None:
         np.testing.assert_allclose(y.numpy(), folded_reference(data, *values), rtol=1e-5, atol=1e-5)
         if step in (2, 5, 7):  # reuse is planned again after a parameter changed
             assert reused(cx), "the parameter-only kernels should be reused"
+    report = cx.memory_report()  # the folded weight (8 x 6 floats) is held between runs
+    assert report["reused_results_bytes"] >= 8 * 6 * 4
+    parts = ("arena_bytes", "outputs_bytes", "reused_results_bytes")
+    assert report["peak_bytes"] == sum(report[k] for k in parts)
 
 
 def test_nothing_reused_while_no_input_changes() -> None:

@@ -646,5 +646,9 @@ class CompiledGraph:
         run = self.run_plan(graph, dims, exact=True)
         report = run.plan.report()
         report["outputs_bytes"] = int(sum(a.nbytes for a in run.outputs.values()))
-        report["peak_bytes"] = report["arena_bytes"] + report["outputs_bytes"]
+        # the own arrays of reused kernels' results (invariants.py), held between runs
+        report["reused_results_bytes"] = int(sum(a.nbytes for a in run.persistent.values()))
+        report["peak_bytes"] = (
+            report["arena_bytes"] + report["outputs_bytes"] + report["reused_results_bytes"]
+        )
         return report
