@@ -5,7 +5,7 @@
 
 /* contiguous */
 void lm_contiguous_<hash>(float* restrict b0, const float* restrict b1, const long long* restrict d) {
-    #pragma omp parallel for if((1944) > 16384)
+    #pragma omp parallel for collapse(2) if((1944) > 16384)
     for (long long i0_ = 0; i0_ < 2; i0_++) {
         for (long long i1_ = 0; i1_ < 6; i1_++) {
             for (long long i2_ = 0; i2_ < 6; i2_++) {
@@ -33,7 +33,7 @@ void lm_sgemm_<hash>(float* restrict b0, const float* restrict b1, const float* 
 
 /* add */
 void lm_add_<hash>(float* restrict b0, const float* restrict b1, const long long* restrict d) {
-    #pragma omp parallel for if((288) > 16384)
+    #pragma omp parallel for collapse(2) if((288) > 16384)
     for (long long i0_ = 0; i0_ < 2; i0_++) {
         for (long long i1_ = 0; i1_ < 36; i1_++) {
             for (long long i2_ = 0; i2_ < 4; i2_++) {
@@ -63,7 +63,7 @@ void lm_sgemm_<hash>(float* restrict b0, const float* restrict b1, const float* 
 
 /* add */
 void lm_add_<hash>(float* restrict b0, const float* restrict b1, const long long* restrict d) {
-    #pragma omp parallel for if((864) > 16384)
+    #pragma omp parallel for collapse(2) if((864) > 16384)
     for (long long i0_ = 0; i0_ < 2; i0_++) {
         for (long long i1_ = 0; i1_ < 3; i1_++) {
             for (long long i2_ = 0; i2_ < 8; i2_++) {
@@ -81,7 +81,7 @@ void lm_add_<hash>(float* restrict b0, const float* restrict b1, const long long
 
 /* add */
 void lm_add_<hash>(float* restrict b0, const float* restrict b1, const long long* restrict d) {
-    #pragma omp parallel for if((384) > 16384)
+    #pragma omp parallel for collapse(2) if((384) > 16384)
     for (long long i0_ = 0; i0_ < 2; i0_++) {
         for (long long i1_ = 0; i1_ < 3; i1_++) {
             for (long long i2_ = 0; i2_ < 8; i2_++) {

@@ -5,7 +5,7 @@
 
 /* contiguous */
 void lm_contiguous_<hash>(float* restrict b0, const float* restrict b1, const long long* restrict d) {
-    #pragma omp parallel for if((3456) > 16384)
+    #pragma omp parallel for collapse(2) if((3456) > 16384)
     for (long long i0_ = 0; i0_ < 2; i0_++) {
         for (long long i1_ = 0; i1_ < 8; i1_++) {
             for (long long i2_ = 0; i2_ < 8; i2_++) {
@@ -33,7 +33,7 @@ void lm_sgemm_<hash>(float* restrict b0, const float* restrict b1, const float* 
 
 /* maxreduce */
 void lm_maxreduce_<hash>(float* restrict b0, const float* restrict b1, const long long* restrict d) {
-    #pragma omp parallel for if((1024) > 16384)
+    #pragma omp parallel for collapse(2) if((1024) > 16384)
     for (long long i0_ = 0; i0_ < 2; i0_++) {
         for (long long i1_ = 0; i1_ < 4; i1_++) {
             for (long long i2_ = 0; i2_ < 8; i2_++) {

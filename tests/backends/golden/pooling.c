@@ -5,7 +5,7 @@
 
 /* constant_recip_sumreduce_mul */
 void lm_constant_recip_sumreduce_mul_<hash>(float* restrict b0, const float* restrict b1, const long long* restrict d) {
-    #pragma omp parallel for if((96) > 16384)
+    #pragma omp parallel for collapse(2) if((96) > 16384)
     for (long long i0_ = 0; i0_ < 2; i0_++) {
         for (long long i1_ = 0; i1_ < 8; i1_++) {
             for (long long i2_ = 0; i2_ < 6; i2_++) {
@@ -19,7 +19,7 @@ void lm_constant_recip_sumreduce_mul_<hash>(float* restrict b0, const float* res
 
 /* maxreduce */
 void lm_maxreduce_<hash>(float* restrict b0, const float* restrict b1, const long long* restrict d) {
-    #pragma omp parallel for if((128) > 16384)
+    #pragma omp parallel for collapse(2) if((128) > 16384)
     for (long long i0_ = 0; i0_ < 2; i0_++) {
         for (long long i1_ = 0; i1_ < 8; i1_++) {
             for (long long i2_ = 0; i2_ < 4; i2_++) {
@@ -35,7 +35,7 @@ void lm_maxreduce_<hash>(float* restrict b0, const float* restrict b1, const lon
 
 /* maxreduce */
 void lm_maxreduce_<hash>(float* restrict b0, const float* restrict b1, const long long* restrict d) {
-    #pragma omp parallel for if((64) > 16384)
+    #pragma omp parallel for collapse(2) if((64) > 16384)
     for (long long i0_ = 0; i0_ < 2; i0_++) {
         for (long long i1_ = 0; i1_ < 4; i1_++) {
             for (long long i2_ = 0; i2_ < 4; i2_++) {
