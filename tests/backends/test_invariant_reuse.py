@@ -1,7 +1,7 @@
-"""Kernels that read only stable inputs (parameters, constants) run once and are reused
-(luminal/backends/cpu/invariants.py): values against numpy and torch when parameters
-change between runs, a training loop, a dim changing inside one plan, and the number of
-kernels each run calls."""
+"""Kernels that read only stable inputs (parameters given as read-only arrays, constants)
+run once and are reused (luminal/backends/cpu/invariants.py): values against numpy and
+torch when parameters change between runs, a writeable array edited in place, a training
+loop, a dim changing inside one plan, and the number of kernels each run calls."""
 
 from __future__ import annotations
 
@@ -34,12 +34,18 @@ def folded_reference(x, w, gamma, var, beta) -> np.ndarray:
     return np.maximum(x @ (w * (gamma / np.sqrt(var + EPS))) + beta, 0)
 
 
+def frozen(array: np.ndarray) -> np.ndarray:
+    """A read-only array: the promise that lets the runtime reuse what depends on it."""
+    array.flags.writeable = False
+    return array
+
+
 def params(rng: np.random.Generator) -> list[np.ndarray]:
     return [
-        rng.standard_normal((8, 6)).astype(np.float32),
-        rng.standard_normal(6).astype(np.float32),
-        rng.random(6).astype(np.float32) + 0.5,
-        rng.standard_normal(6).astype(np.float32),
+        frozen(rng.standard_normal((8, 6)).astype(np.float32)),
+        frozen(rng.standard_normal(6).astype(np.float32)),
+        frozen(rng.random(6).astype(np.float32) + 0.5),
+        frozen(rng.standard_normal(6).astype(np.float32)),
     ]
 
 
@@ -63,11 +69,12 @@ def test_parameters_set_again_are_seen() -> None:
         data = rng.standard_normal((4, 8)).astype(np.float32)
         x.set(data)
         if step == 4:  # a new array
-            values[0] = values[0] * -2
+            values[0] = frozen(values[0] * -2)
             ps[0].set(values[0])
-        if step == 6:  # the same array, changed in place, set again
+        if step == 6:  # the same array, unlocked, changed in place, locked and set again
+            values[2].flags.writeable = True
             values[2] *= 3
-            ps[2].set(values[2])
+            ps[2].set(frozen(values[2]))
         cx.execute()
         np.testing.assert_allclose(y.numpy(), folded_reference(data, *values), rtol=1e-5, atol=1e-5)
         if step in (2, 5, 7):  # reuse is planned again after a parameter changed
@@ -79,13 +86,13 @@ def test_parameters_set_again_are_seen() -> None:
 
 
 def test_nothing_reused_while_no_input_changes() -> None:
-    """Executing again on the same data reruns every kernel: nothing tells parameters
-    from data until some input changes."""
+    """Executing again on the same (read-only) data reruns every kernel: nothing tells
+    parameters from data until some input changes."""
     rng = np.random.default_rng(1)
     x, *ps, y = folded_layer(lm.Graph())
     for tensor, value in zip(ps, params(rng), strict=True):
         tensor.set(value)
-    x.set(rng.standard_normal((4, 8)).astype(np.float32))
+    x.set(frozen(rng.standard_normal((4, 8)).astype(np.float32)))
     x.graph.compile(lm.CPUCompiler())
     for _ in range(3):
         x.graph.execute()
@@ -132,7 +139,7 @@ def test_parameter_kernels_are_not_called_again(
     skipped = len(reused(cx))
     assert skipped >= 1
     assert warm_up[-1] in (total, total - skipped)
-    counts = [step(), step(), step(values[1] + 1), step()]
+    counts = [step(), step(), step(frozen(values[1] + 1)), step()]
     # reused, reused, gamma changed (all computed), reused again
     assert counts == [total - skipped, total - skipped, total, total - skipped]
 
@@ -176,7 +183,7 @@ def test_training_with_a_stable_input_matches_torch() -> None:
     cx = lm.Graph()
     w = cx.tensor((5, 3), name="w").set(w0)
     b = cx.tensor((3,), name="b").set(b0)
-    v = cx.tensor((3,), name="v").set(v0)
+    v = cx.tensor((3,), name="v").set(frozen(v0.copy()))
     x = cx.tensor(("batch", 5))
     t = cx.tensor(("batch", 3))
     pred = x @ (w * (v + EPS).sqrt().reciprocal()) + b
@@ -214,7 +221,7 @@ def test_function_reads_reused_output_and_its_readers_rerun() -> None:
 
     cx = lm.Graph()
     x = cx.tensor((3,))
-    w = cx.tensor((3,)).set(np.array([1.0, 4.0, 9.0], np.float32))
+    w = cx.tensor((3,)).set(frozen(np.array([1.0, 4.0, 9.0], np.float32)))
     root = w.sqrt()  # reused
     doubled = cx.add_node(ops.Function("double", double), [root], (3,), lm.float32)
     y = ((doubled + 1.0) * x).retrieve()
@@ -228,3 +235,22 @@ def test_function_reads_reused_output_and_its_readers_rerun() -> None:
         np.testing.assert_allclose(y.numpy(), (np.array([2.0, 4.0, 6.0]) + 1.0) * data, rtol=1e-6)
     assert len(calls) - start == 5
     assert reused(cx), "sqrt(w) should be reused"
+
+
+def test_writeable_parameter_edited_in_place_is_seen() -> None:
+    """A parameter given as a writeable array may be edited in place without set(): every
+    run reads it afresh (nothing depending on it is reused), as before reuse existed."""
+    rng = np.random.default_rng(6)
+    cx = lm.Graph()
+    x = cx.tensor((4, 8))
+    w = cx.tensor((8, 8))
+    y = (x @ (w.transpose(0, 1) * 2.0).contiguous()).retrieve()
+    weight = rng.random((8, 8)).astype(np.float32)
+    w.set(weight)
+    cx.compile(lm.CPUCompiler())
+    for _ in range(5):
+        data = rng.random((4, 8)).astype(np.float32)
+        x.set(data)
+        cx.execute()
+        np.testing.assert_allclose(y.numpy(), data @ (weight.T * 2.0), rtol=1e-5, atol=1e-6)
+        weight -= 0.1  # in place, no set()

@@ -23,7 +23,7 @@ import math
 import operator
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -214,6 +214,7 @@ class CompiledGraph:
         self._last_sets = 0  # graph.set_count at the last run
         self._changed: set[int] = set()  # inputs the last run found changed
         self._volatile: set[int] = set()
+        self._writeable: set[int] = set()  # inputs whose arrays may change in place
 
     # ---------------------------------------------------------------- building
     def units(self) -> list[tuple[str, str]]:
@@ -240,7 +241,7 @@ class CompiledGraph:
             "_input_getter",
         ):
             state.pop(derived, None)
-        for learnt in ("_last_arrays", "_last_sets", "_changed", "_volatile"):
+        for learnt in ("_last_arrays", "_last_sets", "_changed", "_volatile", "_writeable"):
             state.pop(learnt, None)
         return state
 
@@ -521,7 +522,10 @@ class CompiledGraph:
         """Find the inputs whose data changed since the last run (another array, or the
         same one `.set()` again: `graph.input_versions` stamps each set()). One changed in
         two runs in a row becomes volatile; one unchanged in two runs in a row, stable
-        again. Whether only volatile inputs changed (so reused values still hold)."""
+        again. An input whose array is writeable counts as changed on every run: only a
+        read-only array promises that its data stays put until it is set() again, so only
+        those are ever reused from (a writeable one may be edited in place). Whether only
+        volatile inputs changed (so reused values still hold)."""
         nodes = self.input_nodes
         if not nodes:
             return True
@@ -534,13 +538,16 @@ class CompiledGraph:
         versions, last = graph.input_versions, self._last_arrays
         if last is None:
             self._last_arrays, self._last_sets = arrays, graph.set_count
+            self._writeable = _writeable(nodes, arrays)
             return False
         if graph.set_count == self._last_sets and all(map(operator.is_, arrays, last)):
-            changed: set[int] = set()  # the common case, checked at C speed
+            changed = set(self._writeable)  # the common case, checked at C speed
         else:  # a set() since the last run is one with a later stamp than that run's
             stamp = self._last_sets
             changed = {n for n, a, b in zip(nodes, arrays, last, strict=True) if a is not b}
             changed.update(n for n in nodes if versions.get(n, 0) > stamp)
+            self._writeable = _writeable(nodes, arrays)
+            changed |= self._writeable
             self._last_arrays, self._last_sets = arrays, graph.set_count
         before, self._changed = self._changed, changed
         volatile = self._volatile
@@ -652,3 +659,9 @@ class CompiledGraph:
             report["arena_bytes"] + report["outputs_bytes"] + report["reused_results_bytes"]
         )
         return report
+
+
+def _writeable(nodes: Sequence[int], arrays: Sequence[np.ndarray]) -> set[int]:
+    """The inputs whose arrays numpy lets anyone write to (their data may change in place
+    without a set(), so kernels reading them are never reused)."""
+    return {n for n, a in zip(nodes, arrays, strict=True) if a.flags.writeable}
