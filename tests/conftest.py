@@ -123,3 +123,20 @@ def write_gguf(
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
+
+
+@pytest.fixture
+def replayed_functions(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The functions of the nodes the compile-time check runs on the compiled program's
+    own inputs (luminal/backends/cpu/verify.py's Replay), in call order."""
+    from luminal.backends.cpu import verify
+
+    seen: list[str] = []
+    call = verify.Replay.__call__
+
+    def spy(self: verify.Replay, *arrays: np.ndarray) -> np.ndarray:
+        seen.append(self.function)
+        return call(self, *arrays)
+
+    monkeypatch.setattr(verify.Replay, "__call__", spy)
+    return seen

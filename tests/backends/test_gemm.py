@@ -47,6 +47,16 @@ def reference(a: np.ndarray, b: np.ndarray, ta: int, tb: int) -> np.ndarray:
 
 
 # (m, n, k): edge tiles along each dim; K over two blocks (600: two of 300); the first
+def _check_every_transpose_pair(sgemm, rng, m: int, n: int, k: int) -> None:  # noqa: ANN001
+    """An m x n x k product with A and B each stored as is or transposed, vs numpy."""
+    for ta in (NO_TRANS, TRANS):
+        for tb in (NO_TRANS, TRANS):
+            a = rng.uniform(-1, 1, (k, m) if ta == TRANS else (m, k)).astype(np.float32)
+            b = rng.uniform(-1, 1, (n, k) if tb == TRANS else (k, n)).astype(np.float32)
+            got = product(sgemm, a, b, ta, tb, pad=3)
+            np.testing.assert_allclose(got, reference(a, b, ta, tb), rtol=1e-4, atol=1e-4)
+
+
 # two are below the packed kernel's threshold (BLAS), the last splits K
 SHAPES = [(5, 7, 3), (9, 50, 40), (17, 97, 300), (64, 200, 129), (40, 49, 600), (5, 7, 5000)]
 
@@ -55,13 +65,7 @@ SHAPES = [(5, 7, 3), (9, 50, 40), (17, 97, 300), (64, 200, 129), (40, 49, 600), 
 @pytest.mark.parametrize("count", [1, 2])
 def test_products_equal_numpy(sgemm, threads, rng, shape, count) -> None:  # noqa: ANN001
     threads(count)
-    m, n, k = shape
-    for ta in (NO_TRANS, TRANS):
-        for tb in (NO_TRANS, TRANS):
-            a = rng.uniform(-1, 1, (k, m) if ta == TRANS else (m, k)).astype(np.float32)
-            b = rng.uniform(-1, 1, (n, k) if tb == TRANS else (k, n)).astype(np.float32)
-            got = product(sgemm, a, b, ta, tb, pad=3)
-            np.testing.assert_allclose(got, reference(a, b, ta, tb), rtol=1e-4, atol=1e-4)
+    _check_every_transpose_pair(sgemm, rng, *shape)
 
 
 @pytest.mark.parametrize("shape", [(16, 150, 4500), (9, 49, 4099), (4, 1000, 4096)])
@@ -70,13 +74,7 @@ def test_split_k_slices_that_fill_the_tiles(sgemm, threads, rng, shape) -> None:
     kernel when it fills the register tiles (LeNet conv2's weight gradient is 16 x 150
     over 6400), the slices' products then added; every transpose pair, odd K."""
     threads(2)
-    m, n, k = shape
-    for ta in (NO_TRANS, TRANS):
-        for tb in (NO_TRANS, TRANS):
-            a = rng.uniform(-1, 1, (k, m) if ta == TRANS else (m, k)).astype(np.float32)
-            b = rng.uniform(-1, 1, (n, k) if tb == TRANS else (k, n)).astype(np.float32)
-            got = product(sgemm, a, b, ta, tb, pad=3)
-            np.testing.assert_allclose(got, reference(a, b, ta, tb), rtol=1e-4, atol=1e-4)
+    _check_every_transpose_pair(sgemm, rng, *shape)
 
 
 @pytest.mark.parametrize("count", [1, 2])

@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 
 import luminal as lm
-from luminal.backends.cpu import verify
 from luminal.quant import PackedTensor, load_gguf_model, ops, read_gguf
 from luminal.quant.writing import save_gguf_llama
 from tests.quant.test_gguf_llama import CONFIG, PROMPT
@@ -53,30 +52,17 @@ def _logits(session: lm.models.decoder.DecoderSession) -> np.ndarray:
     return np.stack(rows)
 
 
-def _replays(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The functions of the nodes the check runs on the compiled program's inputs."""
-    seen: list[str] = []
-    call = verify.Replay.__call__
-
-    def spy(self: verify.Replay, *arrays: np.ndarray) -> np.ndarray:
-        seen.append(self.function)
-        return call(self, *arrays)
-
-    monkeypatch.setattr(verify.Replay, "__call__", spy)
-    return seen
-
-
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("kind", KINDS)
 def test_int8_graph_compiles_with_the_default_check(
-    files: dict[tuple[str, int], Path], kind: str, seed: int, monkeypatch: pytest.MonkeyPatch
+    files: dict[tuple[str, int], Path], kind: str, seed: int, replayed_functions: list[str]
 ) -> None:
     """The default CPUCompiler (check on, no program cache to skip it) compiles the 8-bit
     graph, checking every 8-bit matmul (2 layers x 7 + the head) on the compiled
     program's inputs; its logits stay within the documented bound of the reference
     runtime's: no further from them than 2x the rounding's own effect (8-bit against
     16-bit activations, both on the reference runtime)."""
-    replays = _replays(monkeypatch)
+    replays = replayed_functions
     model = load_gguf_model(files[kind, seed], quantized_activations=True)
     compiled = _logits(model.session(compiler=lm.CPUCompiler(cache=False)))
     assert len(replays) == 2 * 7 + 1
@@ -92,13 +78,13 @@ def test_int8_graph_compiles_with_the_default_check(
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_int8_decode_path_compiles_with_the_default_check(
-    files: dict[tuple[str, int], Path], kind: str, monkeypatch: pytest.MonkeyPatch
+    files: dict[tuple[str, int], Path], kind: str, replayed_functions: list[str]
 ) -> None:
     """A session whose first call is one token compiles (and is checked) on the few-row
     path (8-bit activations against the packed rows, no tiles): every 8-bit matmul is run
     on the compiled program's inputs there too, and the steps after it stay within the
     bound of the test above."""
-    replays = _replays(monkeypatch)
+    replays = replayed_functions
     model = load_gguf_model(files[kind, 0], quantized_activations=True)
     tokens = [int(PROMPT[0]), *STEPS]
     session = model.session(compiler=lm.CPUCompiler(cache=False))
