@@ -7,9 +7,9 @@ luminal's own models spell it (and fuses it into one kernel).
    queries, keys) weights it cost a third of MiniLM's run, and as a second reader of P
    it kept the attention from fusing. A softmax row is NaN everywhere or nowhere (a NaN
    or +inf score makes the row's sum NaN; a row of -inf shifts by -inf - -inf), so the
-   node becomes `NanRowsZeroMatMul(P, V)` (`ops/internal.py`): the product with V and a
-   column of ones, whose last column (each row's sum of weights) is NaN exactly on the
-   NaN rows, which are then set to 0. Exact for every input, V's own NaNs included.
+   node becomes `NanRowsZeroMatMul(P, V)` (`ops/internal.py`): the product with V, whose
+   rows that are NaN in every column (all of P's NaN rows among them) are then set to
+   what a row of zeros times V gives. Exact for every input, V's own NaNs included.
 2. The same export scales q and k by sqrt(scale) each before their product, so both
    scaled operands were copied; `MatMul(Mul(q, a), Mul(k, b))` becomes
    `Mul(MatMul(q, k), a * b)` for scalar constants a, b: the scale on the scores, as the

@@ -179,3 +179,26 @@ def test_a_scale_read_inside_an_if_branch_is_not_dropped() -> None:
     ours = LuminalBackend.prepare(model).run(feeds)
     for got, want in zip(ours, expected, strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["reference", "compiled"])
+def test_nan_in_every_column_of_v_keeps_finite_rows_nan_and_masked_rows_too(
+    compiled: bool,
+) -> None:
+    """The rows replaced are the product's all-NaN rows: with a NaN in every column of V a
+    finite row of P gives such a row too (NaN * weight), and so does the replacement (0 *
+    NaN); an inf in one column keeps finite rows inf there (where weighted) and the masked
+    row NaN."""
+    model, feeds = _attention(), _feeds()
+    feeds["mask"][1, 0, 0] = False  # batch 1, query 0 sees no key
+    feeds["v"][1, 0, np.arange(6) % 5, np.arange(6)] = np.nan
+    feeds["v"][1, 1, np.arange(6) % 5, np.arange(6)] = np.nan
+    feeds["v"][1, 1, 4, 5] = np.inf
+    feeds["v"][1, 1, 0, 5] = 1.0  # column 5 of head 1: inf, no NaN
+    (expected,) = _onnxruntime(model, feeds)
+    assert np.isnan(expected[1, 0]).all()
+    assert np.isnan(expected[1, 1, 0]).all() and not np.isnan(expected[1, 1, 1:, 5]).all()
+    compiler = lm.CPUCompiler() if compiled else None
+    (ours,) = LuminalBackend.prepare(model, compiler=compiler).run(feeds)
+    np.testing.assert_array_equal(np.isnan(ours), np.isnan(expected))
+    np.testing.assert_allclose(ours, expected, rtol=1e-5, atol=1e-6)

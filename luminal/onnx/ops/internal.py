@@ -9,7 +9,6 @@ from luminal.dtype import int32
 from luminal.hl.binary import not_nan
 from luminal.hl.combine import concat
 from luminal.onnx.context import NodeContext
-from luminal.onnx.ops.common import full
 from luminal.onnx.ops.matmul import matmul
 from luminal.shape.expr import var
 from luminal.tensor import GraphTensor
@@ -17,24 +16,26 @@ from luminal.tensor import GraphTensor
 
 def _nan_rows_zero_matmul(ctx: NodeContext) -> GraphTensor:
     """Where(IsNaN(P), 0, P) @ V for softmax weights P, whose rows are NaN everywhere or
-    nowhere. V gets a column of ones: that column of the product is each row's sum of
-    weights, NaN exactly on the NaN rows (a finite row sums to about 1), so the rows to
-    replace are read from the product, and P is read by the product alone (which lets the
-    CPU compiler fuse the attention). A replaced row is what a row of zeros times V
-    gives: 0, or NaN in a column of V holding a NaN or an infinity (0 * inf)."""
+    nowhere. A NaN row of P gives a product row of NaN in every column, so the rows to
+    replace are the product's all-NaN rows, read from the product itself (P is read by
+    the product alone, which lets the CPU compiler fuse the attention, and V is not
+    copied). A replaced row is what a row of zeros times V gives: 0, or NaN in a column
+    of V holding a NaN or an infinity (0 * inf). A finite row of P whose product is NaN
+    in every column is replaced by the same row: each of its columns is NaN only through
+    a NaN or an infinity of V's column (or, with finite V, +inf + -inf of overflowed
+    partial sums in every column, where the sum order decides anyway)."""
     weights, values = ctx.tensor(0), ctx.tensor(1)
     width = values.view.shape[-1]
-    ones = full(ctx.graph, 1, (*values.view.shape[:-1], 1), values.dtype)
-    product = matmul(weights, concat([values, ones], -1).contiguous()).cast(weights.dtype)
-    edge = [None] * (product.ndim - 1)
-    sums = product.slice([*edge, (width, width + 1)])
-    rows = product.slice([*edge, (0, width)])
-    lead = tuple(rows.view.shape[:-2])
+    product = matmul(weights, values).cast(weights.dtype)
+    if width == 0:
+        return product
+    rows_nan = 1 - not_nan(product).max(-1, keepdim=True)  # (..., q, 1): 1 on all-NaN rows
+    lead = tuple(product.view.shape[:-2])
     zero_rows = (values * 0.0).sum(-2).cast(weights.dtype)  # (V's leading dims, width)
     zero_rows = zero_rows.reshape(
         (1,) * (len(lead) - zero_rows.ndim + 1) + tuple(zero_rows.view.shape)
     )
-    return _replace_rows(rows, 1 - not_nan(sums), zero_rows.expand((*lead, width)))
+    return _replace_rows(product, rows_nan, zero_rows.expand((*lead, width)))
 
 
 def _replace_rows(x: GraphTensor, flags: GraphTensor, replacement: GraphTensor) -> GraphTensor:
