@@ -156,7 +156,10 @@ def launch(ranks: int, args: argparse.Namespace) -> list[dict]:
     command = [str(mpiexec), "-launcher", "fork", "-n", str(ranks), sys.executable, __file__]
     command += ["--worker", "--steps", str(args.steps), "--repeats", str(args.repeats)]
     command += ["--batch-per-rank", *map(str, args.batch_per_rank)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    # every thread pool at 1 per rank: the dashboard runs benches with MKL_NUM_THREADS=2,
+    # and 2 ranks x 2 spinning MKL threads on 2 cores made the 2-rank step ~15x slower
+    one = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+    env = {**os.environ, **dict.fromkeys(one, "1")}
     job = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if job.returncode != 0:
         raise SystemExit(f"mpiexec -n {ranks} failed:\n{job.stdout}\n{job.stderr}")
