@@ -3,10 +3,9 @@
     .venv/bin/python bench/cpu.py [--threads N] [--repeats N]
 
 Prints absolute times and ratios (luminal time / peer time: below 1 is faster):
-MLP 784-512-512-10 at batch 64 (also against torch.compile); an 8-op elementwise chain
-on 16M floats against the machine's copy bandwidth measured in the same run; row softmax
-and layer norm 4096x1024; matmul 1024^2 against numpy's BLAS; first and cached compile
-of the MLP.
+MLP 784-512-512-10 at batch 64; an 8-op elementwise chain on 16M floats against the
+machine's copy bandwidth measured in the same run; row softmax and layer norm
+4096x1024; matmul 1024^2 against numpy's BLAS; first and cached compile of the MLP.
 """
 
 from __future__ import annotations
@@ -87,24 +86,10 @@ def bench_mlp(rng: np.random.Generator, timer: Timer) -> list[Row]:
 
     cx.execute()
     np.testing.assert_allclose(out.numpy(), numpy_mlp(), rtol=1e-3, atol=1e-4)
-    contestants = {"luminal": cx.execute, "torch": torch_mlp, "numpy": numpy_mlp}
-    inductor = torch_compiled(torch_mlp)
-    if inductor is not None:
-        np.testing.assert_allclose(inductor().numpy(), numpy_mlp(), rtol=1e-3, atol=1e-4)
-        contestants["torch.compile"] = inductor
-    return row("MLP 784-512-512-10 b=64", timer.times(contestants))
-
-
-def torch_compiled(function: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor] | None:
-    """`function` through torch.compile (inductor, C++ on the CPU), compiled by one call
-    here so that no timed round pays for it; None (and why) if it cannot compile."""
-    try:
-        compiled_function = torch.compile(function, dynamic=False)
-        compiled_function()
-    except Exception as error:  # noqa: BLE001 - a peer that cannot run is reported, not fatal
-        print(f"torch.compile unavailable: {type(error).__name__}: {error}"[:300])
-        return None
-    return compiled_function
+    return row(
+        "MLP 784-512-512-10 b=64",
+        timer.times({"luminal": cx.execute, "torch": torch_mlp, "numpy": numpy_mlp}),
+    )
 
 
 def bench_elementwise(rng: np.random.Generator, timer: Timer, repeats: int) -> list[Row]:

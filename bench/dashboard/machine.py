@@ -89,12 +89,7 @@ def peers() -> dict[str, str]:
         )
         for name, package in PEER_PACKAGES.items()
     }
-    torch_version = _version("torch")
-    found["torch.compile"] = (
-        f"torch {torch_version} (inductor): bench/cpu.py's MLP inference"
-        if torch_version
-        else "absent: torch not installed"
-    )
+    found["torch.compile"] = "absent: no bench in bench/ runs torch.compile"
     llama_cpp = importlib.util.find_spec("llama_cpp") or shutil.which("llama-bench")
     found["llama.cpp"] = (
         "installed: bench/quantized.py runs the same GGUF file through it"
