@@ -102,6 +102,11 @@ def run_bench(name: str, args: argparse.Namespace, scratch: Path) -> tuple[dict,
     threads = str(args.threads)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env |= dict.fromkeys(("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"), threads)
+    # OpenBLAS's idle threads spin ~2^28 cycles (tens of ms) after a call, longer than the
+    # rounds' pause, and took the cores from whichever contestant ran next (numpy's BLAS
+    # and luminal's alike): the MLP row read 0.3 to 72 ms for the same program. 2^4 cycles
+    # lets them sleep at once, for every contestant.
+    env["OPENBLAS_THREAD_TIMEOUT"] = "4"
     start = time.perf_counter()
     status, error = "ok", ""
     with log.open("w") as out:
