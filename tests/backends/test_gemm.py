@@ -12,19 +12,7 @@ from tests.backends.gemm_calls import (
     NO_TRANS,
     TRANS,
     gather_function,
-    product_function,
-    thread_setter,
 )
-
-
-@pytest.fixture(scope="module")
-def sgemm():  # noqa: ANN201 - a ctypes function
-    return product_function("lm_sgemm")
-
-
-@pytest.fixture
-def threads():  # noqa: ANN201 - sets the thread count per case, restores it after
-    yield from thread_setter()
 
 
 def product(sgemm, a: np.ndarray, b: np.ndarray, ta: int, tb: int, pad: int = 0):  # noqa: ANN001

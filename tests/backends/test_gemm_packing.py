@@ -11,19 +11,8 @@ import torch
 
 import luminal as lm
 from luminal.backends.cpu.compiler import CPUCompiler
-from tests.backends.gemm_calls import NO_TRANS, TRANS, product_function, thread_setter
+from tests.backends.gemm_calls import NO_TRANS, TRANS
 from tests.conftest import uniform
-
-
-@pytest.fixture(scope="module")
-def sgemm():  # noqa: ANN201 - a ctypes function
-    return product_function("lm_sgemm")
-
-
-@pytest.fixture
-def threads():  # noqa: ANN201 - sets the thread count per case, restores it after
-    yield from thread_setter()
-
 
 # (m, n, k): n and k around multiples of 4 (whole and partial 4 x 4 blocks), m with and
 # without a partial row panel, K over several packed blocks of 256

@@ -12,7 +12,7 @@ import pytest
 
 from luminal.backends.cpu import toolchain
 
-from .test_gemm import NO_TRANS, TRANS, product, sgemm, threads  # noqa: F401 - fixtures
+from .test_gemm import NO_TRANS, TRANS, product
 
 
 @pytest.mark.parametrize("count", [1, 2])

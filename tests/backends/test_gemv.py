@@ -9,17 +9,12 @@ import numpy as np
 import pytest
 
 import luminal as lm
-from tests.backends.gemm_calls import NO_TRANS, TRANS, product_function, thread_setter
+from tests.backends.gemm_calls import NO_TRANS, TRANS, product_function
 
 
 @pytest.fixture(scope="module")
 def rows_product():  # noqa: ANN201 - a ctypes function
     return product_function("lm_sgemm_rows")
-
-
-@pytest.fixture
-def threads():  # noqa: ANN201 - sets the thread count per case, restores it after
-    yield from thread_setter()
 
 
 @pytest.mark.parametrize("count", [1, 2])
