@@ -7,6 +7,8 @@ from typing import Any
 import numpy as np
 import torch
 
+import luminal as lm
+
 
 def hf_logits(hf: torch.nn.Module, ids: np.ndarray) -> np.ndarray:
     """transformers' logits for int token ids `(batch, seq)`."""
@@ -29,3 +31,13 @@ def hf_greedy_continuation(
             **options,
         )
     return out.sequences[:, prompt.shape[1] :].numpy(), torch.stack(out.logits, 1).numpy()
+
+
+def seeded_pair(hf_class: Any, ours: Any, config: Any, seed: int) -> tuple[Any, Any]:
+    """A transformers model of `config` with seeded random weights, and luminal's model
+    class `ours` built from the same config and loaded with those weights."""
+    torch.manual_seed(seed)
+    hf = hf_class(config).eval()
+    model = ours(lm.Graph(), config.to_dict())
+    model.load_state_dict(hf.state_dict())
+    return hf, model

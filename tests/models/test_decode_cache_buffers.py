@@ -8,9 +8,9 @@ import numpy as np
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-import luminal as lm
 from luminal.models import Llama
 from luminal.models.decoder import MIN_CACHE
+from tests.models.conftest import seeded_pair
 
 
 def _models() -> tuple[LlamaForCausalLM, Llama]:
@@ -25,10 +25,7 @@ def _models() -> tuple[LlamaForCausalLM, Llama]:
         initializer_range=0.05,
         attn_implementation="eager",
     )
-    torch.manual_seed(0)
-    hf = LlamaForCausalLM(config).eval()
-    model = Llama(lm.Graph(), config.to_dict())
-    model.load_state_dict(hf.state_dict())
+    hf, model = seeded_pair(LlamaForCausalLM, Llama, config, seed=0)
     return hf, model
 
 

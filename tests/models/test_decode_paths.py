@@ -14,7 +14,7 @@ import luminal as lm
 from luminal.errors import DTypeError
 from luminal.models import Llama, Qwen2
 from luminal.models.decoder import MIN_CACHE
-from tests.models.conftest import hf_greedy_continuation
+from tests.models.conftest import hf_greedy_continuation, seeded_pair
 
 
 def test_deep_decoder_runs_products_on_the_rows_path_and_fused_attention():
@@ -30,10 +30,7 @@ def test_deep_decoder_runs_products_on_the_rows_path_and_fused_attention():
         initializer_range=0.1,
         attn_implementation="eager",
     )
-    torch.manual_seed(0)
-    hf = Qwen2ForCausalLM(config).eval()
-    model = Qwen2(lm.Graph(), config.to_dict())
-    model.load_state_dict(hf.state_dict())
+    hf, model = seeded_pair(Qwen2ForCausalLM, Qwen2, config, seed=0)
     session = model.session(compile=True)
     prompt = np.array([[5, 9, 31, 2]], np.int32)
     logits = [session.prefill(prompt), session.step([7]), session.step([44])]
@@ -65,10 +62,7 @@ def test_float16_kv_cache_keeps_greedy_tokens_and_halves_the_buffers():
         initializer_range=0.1,
         attn_implementation="eager",
     )
-    torch.manual_seed(1)
-    hf = LlamaForCausalLM(config).eval()
-    model = Llama(lm.Graph(), config.to_dict())
-    model.load_state_dict(hf.state_dict())
+    hf, model = seeded_pair(LlamaForCausalLM, Llama, config, seed=1)
     prompt = np.array([[3, 17, 5, 42, 8]], np.int32)
     steps = MIN_CACHE + 6  # the buffers double once
     tokens, expected = hf_greedy_continuation(hf, prompt, steps)
