@@ -227,6 +227,13 @@ class Graph:
         """0, 1, ..., n-1."""
         return self.iota("z", (n,), dtype)
 
+    def mark_changed(self, node_id: int) -> None:
+        """Record that input `node_id`'s data changed, as `set()` does: for data rewritten
+        in place by someone else (a peer rank's gradient bucket), so a runtime that reuses
+        results computed from unchanged inputs computes them again."""
+        self.set_count += 1
+        self.input_versions[node_id] = self.set_count
+
     def set_dim(self, name: str, size: int) -> None:
         """Give the symbolic dimension `name` a size for the next execute(). Only integers
         are sizes: 2.5, "3" or True would be truncated or misread, so they raise."""

@@ -129,8 +129,7 @@ class GraphTensor(UnaryOps, BinaryOps, MovementOps, ReductionOps, MatmulOps, Oth
                         )
         self.graph.dims.update(bindings)
         self.graph.input_data[node.id] = np.asarray(data, order="C")
-        self.graph.set_count += 1
-        self.graph.input_versions[node.id] = self.graph.set_count
+        self.graph.mark_changed(node.id)
         return self
 
     def retrieve(self) -> GraphTensor:

@@ -129,9 +129,8 @@ class GradientBucket:
         runtime) must not take them for stable (with 3 ranks or more a kernel may read
         peers' buckets only)."""
         if self._graph is not None:
-            versions = self._graph.input_versions
             for node_id, _ in self.peer_inputs:
-                versions[node_id] = versions.get(node_id, 0) + 1
+                self._graph.mark_changed(node_id)
         if self._settling:
             self._settling = False
             self.communicator.fence_end(self._flat, op="all_reduce")
