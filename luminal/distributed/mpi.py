@@ -28,6 +28,10 @@ from luminal.errors import DistributedError
 _NOTICE_TAG = 7
 _NOTICE_BYTES = 2048
 _GRACE_SECONDS = 2.0  # how long a failing rank waits for its peers' reports before Abort
+# then how long it lets mpiexec forward what the peers printed: aborting the moment the
+# last notice arrived cut a peer's traceback mid-way on a loaded machine (its final
+# line, the error, never reached the log)
+_DRAIN_SECONDS = 0.5
 
 
 class MPICommunicator(Communicator):
@@ -165,6 +169,7 @@ class MPICommunicator(Communicator):
                 time.sleep(0.001)
         sys.stdout.flush()
         sys.stderr.flush()
+        time.sleep(_DRAIN_SECONDS)
         self.MPI.COMM_WORLD.Abort(1)
 
     def notify(self, text: str) -> None:
