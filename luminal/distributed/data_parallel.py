@@ -103,16 +103,15 @@ class GradientBucket:
             return
         if self.weight != 1.0:
             flat *= np.float32(self.weight)
-        world_size = self.communicator.world_size
         if self.peers is None:
             self.communicator.all_reduce(flat, "sum")
-            self.loss = float(flat[-1]) / world_size
+            self.loss = float(flat[-1])
             return
         self.communicator.fence(flat, op="all_reduce")
         loss = self.peers[0][-1]
         for array in self.peers[1:]:
-            loss = loss + array[-1]  # float32, in rank order (as the all-reduce sums)
-        self.loss = float(loss) / world_size
+            loss = loss + array[-1]  # the shares, float32, in rank order (as all_reduce)
+        self.loss = float(loss)
 
     def settle(self) -> None:
         """After a run that read the peers' buckets: tell them this rank is done reading
@@ -160,10 +159,15 @@ def averaged(
     optimizer's kernels)."""
     total = sum(_numel(g) for g in grads) + 1
     bucket.reserve(total)
-    inputs = [*grads, loss]
-    reduced = graph.add_node(ops.Function(LABEL, bucket), inputs, (total,), float32)
     communicator = bucket.communicator
     world_size = communicator.world_size
+    # the loss goes in as this rank's share of the mean, so the ranks' entries sum to it;
+    # a kernel of its own computes it, so the bucket holds it without a copy (the
+    # retrieved loss itself, read again after the bucket, would be copied in by Python
+    # every run: ~0.08 ms of the MLP's 2-rank step)
+    share = loss * (1.0 / world_size) if world_size > 1 else loss
+    inputs = [*grads, share]
+    reduced = graph.add_node(ops.Function(LABEL, bucket), inputs, (total,), float32)
     sources = [reduced]
     if bucket.peers is not None:
         sources = []

@@ -32,9 +32,9 @@ def test_local_data_parallel_equals_full_batch(name: str) -> None:
 def test_local_compiled_data_parallel_writes_gradients_into_the_bucket(
     name: str, compiled_oracle: dict
 ) -> None:
-    """CPU runtime, 2 ranks: the backward kernels write every gradient straight into
-    the all-reduced bucket (only the loss scalar is copied in), and training still
-    equals one process on the full batch, the ranks bit-identical."""
+    """CPU runtime, 2 ranks: the backward kernels write every gradient and the loss's
+    share straight into the all-reduced bucket (nothing is copied in), and training
+    still equals one process on the full batch, the ranks bit-identical."""
 
     def body() -> tuple[dict, int, int]:
         step = workloads.build(name, True, lm.CPUCompiler(), seed=dist.rank())
@@ -42,11 +42,12 @@ def test_local_compiled_data_parallel_writes_gradients_into_the_bucket(
         losses_ = [step(x, y) for x, y in workloads.batches(steps, size)]
         params = [step.graph.input_data[p.node_id].copy() for p in step.params]
         (layout,) = step.graph.compiled._buckets(step.graph).values()
-        return {"params": params, "losses": np.array(losses_)}, len(layout.placed), len(params)
+        placed = len(layout.placed) if not layout.copied else -1
+        return {"params": params, "losses": np.array(losses_)}, placed, len(params)
 
     results = dist.run_local(body, 2)
     for result, placed, count in results:
-        assert placed == count  # every gradient, no copy
+        assert placed == count + 1  # every gradient and the loss, no copy
         workloads.assert_matches(result, compiled_oracle[name])
     for first, second in zip(results[0][0]["params"], results[1][0]["params"], strict=True):
         np.testing.assert_array_equal(first, second)
