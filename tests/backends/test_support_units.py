@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+import pytest
 
 import luminal as lm
 from luminal.backends.cpu import gemm_bf16, toolchain
@@ -20,7 +21,7 @@ def _support_threads() -> list[threading.Thread]:
 def test_support_units_are_built_before_the_library_needs_them(tmp_path, monkeypatch):
     monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
     directory = toolchain.cache_dir()
-    units = toolchain._units(toolchain._support_sources())
+    units = toolchain._units(toolchain._support_sources(), support=True)
     assert not any(toolchain._cached(directory / f"{u.key}.o", u.key) for u in units)
     toolchain.start_support_units()
     for thread in _support_threads():
@@ -44,7 +45,7 @@ def test_support_units_are_built_before_the_library_needs_them(tmp_path, monkeyp
 def test_a_float32_library_does_not_build_the_half_precision_products(tmp_path, monkeypatch):
     """gemm_bf16.c (~0.5 s of gcc on a cold cache) is linked only where a kernel calls it."""
     monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
-    half = toolchain._units([gemm_bf16.support_unit()])[0]
+    half = toolchain._units([gemm_bf16.support_unit()], support=True)[0]
     assert toolchain._support_sources([("k", "void f(void) { lm_gemm_bf16(0); }")])[-1][0] == (
         half.name
     )
@@ -57,3 +58,26 @@ def test_a_float32_library_does_not_build_the_half_precision_products(tmp_path, 
     cx.execute()
     np.testing.assert_allclose(out.numpy(), np.full((8, 4), 16.0, np.float32))
     assert not (toolchain.cache_dir() / f"{half.key}.o").exists()
+
+
+def test_a_support_unit_s_own_flags_are_part_of_its_key(monkeypatch):
+    """gemm.c is compiled with SUPPORT_FLAGS after CFLAGS: an object built with other
+    flags (an older luminal's) is another cache entry, never reused."""
+    name, source = toolchain._support_sources()[0]
+    unit = toolchain._units([(name, source)], support=True)[0]
+    assert unit.flags == toolchain.SUPPORT_FLAGS[name]
+    assert unit.key == toolchain.object_key(source, unit.flags) != toolchain.object_key(source)
+    monkeypatch.setitem(toolchain.SUPPORT_FLAGS, name, ())
+    assert toolchain._units([(name, source)], support=True)[0].key == toolchain.object_key(source)
+
+
+def test_a_support_unit_is_compiled_with_its_own_flags(tmp_path, monkeypatch):
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setitem(toolchain.SUPPORT_FLAGS, "lm_probe", ("-DLM_PROBE_FLAG=3",))
+    source = (
+        "#if LM_PROBE_FLAG != 3\n#error flag missing\n#endif\nint lm_probe(void) { return 3; }\n"
+    )
+    unit = toolchain._units([("lm_probe", source)], support=True)[0]
+    assert toolchain._compile_unit(unit, toolchain.cache_dir()).exists()
+    with pytest.raises(lm.CompileError, match="flag missing"):  # the same source, no flags
+        toolchain._compile_unit(toolchain._units([("lm_probe", source)])[0], toolchain.cache_dir())

@@ -90,6 +90,14 @@ CFLAGS: tuple[str, ...] = (
 LDFLAGS: tuple[str, ...] = ("-shared", "-fopenmp", "-Wl,--no-undefined")
 LIBS: tuple[str, ...] = ("-lm",)  # after the objects; libm's linker script pulls in libmvec
 
+# Flags added to CFLAGS for one of luminal's own units (by unit name). gemm.c: gcc 12's
+# -O3 loop splitting roughly doubled its code and took a third of its compile time
+# (0.77 -> 0.53 s of gcc CPU without it), and gemm.c is the longest unit of every cold
+# compile; lm_sgemm ran as fast without it (1 and 2 threads, 8 shapes from 8x4096x1024
+# to 512x1536x384, interleaved minima within 3%). -O2 (0.3 s) ran the products 3x
+# slower; -O2 -fpeel-loops (0.37 s) 5-10% slower on the MLP's 64x512x784.
+SUPPORT_FLAGS: dict[str, tuple[str, ...]] = {"lm_gemm": ("-fno-split-loops",)}
+
 SIMD_MATH_HEADER = """\
 /* luminal: vector variants of float math (glibc libmvec), declared the way <math.h> does
    under -ffast-math, so loops over expf/exp2f/... vectorise without -ffinite-math-only. */
@@ -207,18 +215,19 @@ def build_id() -> str:
     return _digest("luminal-build", CACHE_FORMAT, _luminal_version(), compiler_identity())
 
 
-def _compile_flags() -> tuple[str, ...]:
-    return CFLAGS + _blas_include_flags()
+def _compile_flags(extra: tuple[str, ...] = ()) -> tuple[str, ...]:
+    return CFLAGS + extra + _blas_include_flags()
 
 
-def object_key(source: str) -> str:
-    """The cache key (and file stem) of the object compiled from `source`."""
+def object_key(source: str, extra_flags: tuple[str, ...] = ()) -> str:
+    """The cache key (and file stem) of the object compiled from `source` (with
+    `extra_flags` after CFLAGS)."""
     return _digest(
         "luminal-object",
         CACHE_FORMAT,
         _luminal_version(),
         compiler_identity(),
-        "\0".join(_compile_flags()),
+        "\0".join(_compile_flags(extra_flags)),
         SIMD_MATH_HEADER,
         source,
     )
@@ -299,14 +308,17 @@ class _Unit:
     name: str
     source: str
     key: str
+    flags: tuple[str, ...] = ()  # after CFLAGS
 
 
-def _units(sources: Iterable[tuple[str, str]]) -> list[_Unit]:
-    """One unit per distinct source, in first-seen order (identical units would collide)."""
+def _units(sources: Iterable[tuple[str, str]], support: bool = False) -> list[_Unit]:
+    """One unit per distinct source, in first-seen order (identical units would collide);
+    `support`: luminal's own units, compiled with their SUPPORT_FLAGS."""
     seen: dict[str, _Unit] = {}
     for name, source in sources:
-        key = object_key(source)
-        seen.setdefault(key, _Unit(name, source, key))
+        flags = SUPPORT_FLAGS.get(name, ()) if support else ()
+        key = object_key(source, flags)
+        seen.setdefault(key, _Unit(name, source, key, flags))
     return list(seen.values())
 
 
@@ -366,7 +378,7 @@ def _compile_unit(unit: _Unit, directory: Path) -> Path:
         cache_files.ensure_content(source_file, unit.source.encode())
         cache_files.ensure_content(directory / _header_name(), SIMD_MATH_HEADER.encode())
         temp = directory / temp_name(final)
-        command = [CC, *_compile_flags(), "-include", _header_name()]
+        command = [CC, *_compile_flags(unit.flags), "-include", _header_name()]
         command += ["-c", source_file.name, "-o", temp.name]
         result, seconds = run(command, directory, f"compiling {unit.name!r} ({source_file})")
         if result.returncode != 0 or not _is_elf(temp):
@@ -402,9 +414,9 @@ def build_shared(sources: Sequence[tuple[str, str]], link_blas: bool = False) ->
     object; with everything cached this costs hashing and one `stat`. A library linking
     the BLAS also gets luminal's `lm_sgemm` (`gemm.c`), which the sgemm kernels call, and
     the other support units its kernels call (`_support_sources`)."""
-    if link_blas:
-        sources = [*sources, *_support_sources(sources)]
     units = _units(sources)
+    if link_blas:
+        units += _units(_support_sources(sources), support=True)
     if not units:
         raise CompileError("build_shared needs at least one (name, source) unit")
     directory = cache_dir()
@@ -445,7 +457,7 @@ def start_support_units() -> None:
             return
         _support_started.add(os.fspath(directory))
     _prepare(directory)
-    for unit in _units(_support_sources()):
+    for unit in _units(_support_sources(), support=True):
         if not _cached(directory / f"{unit.key}.o", unit.key):
             thread = threading.Thread(
                 target=_try_compile, args=(unit, directory), name=unit.name, daemon=True
