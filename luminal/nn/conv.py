@@ -21,11 +21,13 @@ from luminal.errors import LuminalError, ShapeError
 from luminal.graph import Graph
 from luminal.nn.layers import fan_in_bound, uniform_init
 from luminal.nn.module import Module
+from luminal.nn.winograd import applicable, winograd_conv2d, worthwhile
 from luminal.shape.expr import product, sym
 from luminal.tensor import GraphTensor
 
 IntOrTuple = int | Sequence[int]
 Padding = int | Sequence[int] | str
+ALGORITHMS = ("auto", "im2col", "winograd")
 
 
 def ntuple(value: Any, dims: int, what: str, op: str, minimum: int = 1) -> tuple[int, ...]:
@@ -112,10 +114,13 @@ def conv(
     dilation: IntOrTuple = 1,
     groups: int = 1,
     op: str = "conv",
+    algorithm: str = "auto",
 ) -> GraphTensor:
     """N-d convolution (torch.nn.functional.conv1d/2d/3d): x (N, C, *S) or unbatched
     (C, *S), weight (out, C // groups, *kernel), bias (out,) or None. The number of
-    spatial dims is weight.ndim - 2; the batch dim may be symbolic."""
+    spatial dims is weight.ndim - 2; the batch dim may be symbolic. `algorithm`: "im2col"
+    (one matmul over sliding windows), "winograd" (3x3, stride 1, 2-D, groups 1 only) or
+    "auto" (Winograd where `winograd.worthwhile`, else im2col)."""
     dims = weight.ndim - 2
     if dims < 1:
         raise ShapeError(
@@ -159,11 +164,19 @@ def conv(
                 f"{op}: spatial dim {axis} of input {x._shape_text()} (padded to "
                 f"{size + before + after}) is smaller than the dilated kernel {d * (k - 1) + 1}"
             )
+    use_winograd = _use_winograd(
+        algorithm, x, kernel, stride_t, dilation_t, pads, groups, out_channels, op
+    )
 
     with x.graph.atomic():
         if unbatched:
             x = x.unsqueeze(0)
         n = x.view.shape[0]
+        if use_winograd:
+            out = winograd_conv2d(x, weight, pads)
+            if bias is not None:
+                out = out + bias.reshape((out_channels, 1, 1))
+            return out.squeeze(0) if unbatched else out
         windows = sliding_windows(x, kernel, stride_t, dilation_t, pads)  # (N, C, *O, *k)
         out_sizes = tuple(windows.view.shape[2 : 2 + dims])
         taps = group_in * math.prod(kernel)
@@ -183,6 +196,43 @@ def conv(
         if bias is not None:
             out = out + bias.reshape((out_channels,) + (1,) * dims)
         return out.squeeze(0) if unbatched else out
+
+
+def _use_winograd(
+    algorithm: str,
+    x: GraphTensor,
+    kernel: tuple[int, ...],
+    stride: tuple[int, ...],
+    dilation: tuple[int, ...],
+    pads: tuple[tuple[int, int], ...],
+    groups: int,
+    out_channels: int,
+    op: str,
+) -> bool:
+    """Whether `conv` computes this convolution with Winograd: as asked ("winograd" where
+    it cannot apply is an error), or for "auto" where it applies and is worthwhile."""
+    if algorithm not in ALGORITHMS:
+        raise LuminalError(f"{op}: algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
+    if algorithm == "im2col":
+        return False
+    spatial = tuple(x.view.shape[x.ndim - len(kernel) :])
+    why = applicable(kernel, stride, dilation, groups, spatial)
+    if algorithm == "winograd":
+        if why is not None:
+            raise ShapeError(
+                f"{op}: algorithm='winograd' needs a 2-D 3x3 convolution with stride 1, "
+                f"dilation 1 and groups 1 over known spatial sizes, but {why} "
+                f"(input {x._shape_text()})"
+            )
+        return True
+    if why is not None:
+        return False
+    sizes = [
+        int(s.as_int()) + before + after - 2  # type: ignore[operator]
+        for s, (before, after) in zip(spatial, pads, strict=True)
+    ]
+    channels = int(x.view.shape[x.ndim - 3].as_int())  # type: ignore[arg-type]
+    return worthwhile(channels, out_channels, sizes)
 
 
 def _weight_and_bias(
@@ -215,6 +265,7 @@ class _ConvNd(Module):
         groups: int = 1,
         bias: bool = True,
         padding_mode: str = "zeros",
+        algorithm: str = "auto",
     ) -> None:
         super().__init__(graph)
         name = type(self).__name__
@@ -222,6 +273,9 @@ class _ConvNd(Module):
             raise LuminalError(
                 f"{name}: only padding_mode='zeros' is supported, got {padding_mode!r}"
             )
+        if algorithm not in ALGORITHMS:
+            raise LuminalError(f"{name}: algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
+        self.algorithm = algorithm
         if not isinstance(groups, numbers.Integral) or groups < 1:
             raise ShapeError(f"{name}: groups must be a positive int, got {groups!r}")
         if in_channels % groups or out_channels % groups:
@@ -252,6 +306,7 @@ class _ConvNd(Module):
             self.dilation,
             self.groups,
             op=type(self).__name__,
+            algorithm=self.algorithm,
         )
 
     def extra_repr(self) -> str:
@@ -267,6 +322,8 @@ class _ConvNd(Module):
             text += f", groups={self.groups}"
         if self.bias is None:
             text += ", bias=False"
+        if self.algorithm != "auto":
+            text += f", algorithm={self.algorithm!r}"
         return text
 
 
