@@ -115,8 +115,11 @@ def worthwhile(in_channels: int, out_channels: int, out_sizes: Sequence[int]) ->
 
 
 def _constant(graph: Graph, matrix: np.ndarray, name: str) -> GraphTensor:
-    """A float32 matrix the graph holds as an input with its data (an ONNX initializer)."""
-    data = np.ascontiguousarray(matrix, dtype=np.float32)
+    """A float32 matrix the graph holds as an input with its data (an ONNX initializer),
+    read-only: the runtime keeps kernels that read only unchanging, read-only inputs
+    (the weight transform) instead of running them again."""
+    data = np.array(matrix, dtype=np.float32)
+    data.setflags(write=False)
     return graph.tensor(data.shape, name=name).set(data)
 
 
