@@ -90,13 +90,17 @@ CFLAGS: tuple[str, ...] = (
 LDFLAGS: tuple[str, ...] = ("-shared", "-fopenmp", "-Wl,--no-undefined")
 LIBS: tuple[str, ...] = ("-lm",)  # after the objects; libm's linker script pulls in libmvec
 
-# Flags added to CFLAGS for one of luminal's own units (by unit name). gemm.c: gcc 12's
-# -O3 loop splitting roughly doubled its code and took a third of its compile time
-# (0.77 -> 0.53 s of gcc CPU without it), and gemm.c is the longest unit of every cold
-# compile; lm_sgemm ran as fast without it (1 and 2 threads, 8 shapes from 8x4096x1024
-# to 512x1536x384, interleaved minima within 3%). -O2 (0.3 s) ran the products 3x
-# slower; -O2 -fpeel-loops (0.37 s) 5-10% slower on the MLP's 64x512x784.
-SUPPORT_FLAGS: dict[str, tuple[str, ...]] = {"lm_gemm": ("-fno-split-loops",)}
+# Flags added after CFLAGS for one of luminal's own units (by unit name; the last -O
+# wins). gemm.c is the longest unit of every cold compile, and most of its -O3 time
+# bought nothing: gcc CPU on it (gcc 12, AVX-512) -O3 0.85 s, -O3 -fno-split-loops 0.64,
+# -O2 -fpeel-loops -fvect-cost-model=dynamic 0.51, and lm_sgemm / lm_sgemm_ep (column
+# bias + relu) ran as fast from each of these (1 and 2 threads, 8 shapes from 8x4096x1024
+# to 512x1536x384, interleaved minima within 3%). What matters is -fpeel-loops (complete
+# unrolling of the register tile's loops): plain -O2 (0.3 s) ran the products 3x slower;
+# the dynamic cost model: without it 64x512x784 was 3-5% slower.
+SUPPORT_FLAGS: dict[str, tuple[str, ...]] = {
+    "lm_gemm": ("-O2", "-fpeel-loops", "-fvect-cost-model=dynamic")
+}
 
 SIMD_MATH_HEADER = """\
 /* luminal: vector variants of float math (glibc libmvec), declared the way <math.h> does
