@@ -346,12 +346,15 @@ class Free(Stmt):
 # ----------------------------------------------------------------------------- kernel
 @dataclass(frozen=True)
 class Param:
-    """A buffer parameter: the graph node whose buffer it binds, its storage dtype, and
-    whether the kernel writes it (the output, always parameter 0)."""
+    """A buffer parameter: the graph node whose buffer it binds, its storage dtype,
+    whether the kernel writes it (the output, always parameter 0) and its number of
+    elements where lowering knows it (None: unknown), which proves a load in bounds
+    (`kernel/hoist.py`)."""
 
     node: int
     dtype: DType
     output: bool = False
+    elements: Expr | None = None
 
 
 @dataclass(frozen=True)

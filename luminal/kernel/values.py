@@ -18,6 +18,7 @@ from luminal.graph import Edge, Graph, Node
 from luminal.kernel import ir
 from luminal.kernel.indexing import flat_index, loop_index, unravel
 from luminal.shape.expr import Expr, sym
+from luminal.shape.expr import product as shape_product
 
 
 class NotRowLocal(Exception):
@@ -62,7 +63,12 @@ class ValueLowering:
 
     def kernel_params(self) -> tuple[ir.Param, ...]:
         return tuple(
-            ir.Param(n, self.graph.nodes[n].dtype, output=position == 0)
+            ir.Param(
+                n,
+                self.graph.nodes[n].dtype,
+                output=position == 0,
+                elements=shape_product(self.graph.nodes[n].shape),
+            )
             for position, n in enumerate(self.params)
         )
 
@@ -118,7 +124,7 @@ class ValueLowering:
         per_axis = unravel(view.index_expression(shifted), source.shape, self.extents)
         if any(_divides(e) for e in per_axis):
             return None
-        return _substitute(self.value(source, per_axis), back)
+        return substitute_indices(self.value(source, per_axis), back)
 
     def value_at_flat(self, node: Node, flat: Expr) -> ir.Value:
         if node.id in self.scalars:
@@ -238,13 +244,15 @@ def _divides(expr: Expr) -> bool:
     return any(atom.op != "var" for mono, _ in expr.terms for atom in mono)
 
 
-def _substitute(value: object, mapping: dict[str, Expr]) -> object:
+def substitute_indices(value: object, mapping: dict[str, Expr]) -> object:
     """`value` (an IR value tree) with the index variables of `mapping` replaced."""
     if isinstance(value, Expr):
         return value.substitute(mapping)
     if isinstance(value, tuple):
-        return tuple(_substitute(v, mapping) for v in value)
+        return tuple(substitute_indices(v, mapping) for v in value)
     if isinstance(value, ir.Value):
-        changes = {f.name: _substitute(getattr(value, f.name), mapping) for f in fields(value)}
+        changes = {
+            f.name: substitute_indices(getattr(value, f.name), mapping) for f in fields(value)
+        }
         return replace(value, **changes)
     return value

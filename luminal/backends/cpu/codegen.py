@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from luminal.kernel import ir
 from luminal.kernel.canonical import canonical
+from luminal.kernel.hoist import hoist_loads
 from luminal.kernel.values import NotRowLocal
 from luminal.render.c import ALLOC_FAULT, PRELUDE, CRenderer, c_expr
 from luminal.shape.expr import Expr
@@ -119,9 +120,11 @@ class KernelSource:
 
 
 def kernel_source(kernel: ir.Kernel, renderer: CRenderer = RENDERER) -> KernelSource:
-    """Render `kernel` into the form the runtime links and calls, canonical first, so
-    identical kernels share one symbol and one compiled object."""
-    kernel = canonical(kernel)
+    """Render `kernel` into the form the runtime links and calls: loads that cannot fault
+    read unconditionally and hoisted out of the loops they do not depend on
+    (`hoist_loads`), then canonical, so identical kernels share one symbol and one
+    compiled object."""
+    kernel = canonical(hoist_loads(kernel))
     name, source = renderer.render(kernel)
     buffers = [p.node for p in kernel.params]
     return KernelSource(name, source, buffers, list(kernel.nodes), kernel.scratch, kernel)

@@ -7,8 +7,9 @@
 void lm_constant_mul_exp2_add_<hash>(float* restrict b0, const float* restrict b1, const float* restrict b2, const long long* restrict d) {
     #pragma omp parallel for if((20) > 16384)
     for (long long i0_ = 0; i0_ < 5; i0_++) {
+        const float h1 = b2[i0_];
         for (long long i1_ = 0; i1_ < 4; i1_++) {
-            b0[(4*i0_ + i1_)] = sqrtf((exp2f(((b1[(4*i0_ + i1_ + 4)] * b2[i0_]) * 1.4426950408889634f)) + 1.0f));
+            b0[(4*i0_ + i1_)] = sqrtf((exp2f(((b1[(4*i0_ + i1_ + 4)] * h1) * 1.4426950408889634f)) + 1.0f));
         }
     }
 }

@@ -24,17 +24,19 @@ static inline void lm_fault_index(long long* f, long long index, long long rows)
 
 /* scatter */
 void lm_scatter_<hash>(float* restrict b0, const float* restrict b1, const int* restrict b2, const float* restrict b3, const long long* restrict d, long long* restrict lm_fault) {
+    const float h1 = b1[0];
+    const float h2 = b3[0];
     #pragma omp parallel for if((60) > 16384)
     for (long long i0_ = 0; i0_ < 10; i0_++) {
         for (long long i1_ = 0; i1_ < 6; i1_++) {
-            b0[(6*i0_ + i1_)] = b1[0];
+            b0[(6*i0_ + i1_)] = h1;
         }
     }
     for (long long r0_ = 0; r0_ < 4; r0_++) {
         for (long long r1_ = 0; r1_ < 6; r1_++) {
             long long g0_ = (long long)(b2[r0_]);
             if (g0_ < 0 || g0_ >= 10) { lm_fault_index(lm_fault, g0_, 10); continue; }
-            b0[(6*g0_ + r1_)] = (b0[(6*g0_ + r1_)] + b3[0]);
+            b0[(6*g0_ + r1_)] = (b0[(6*g0_ + r1_)] + h2);
         }
     }
 }
