@@ -10,6 +10,7 @@ Loop structure is decided here, not by a renderer: the outermost loop of a nest 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import fields
 
 from luminal import ops
 from luminal.dtype import DType
@@ -17,7 +18,7 @@ from luminal.errors import CompileError
 from luminal.graph import Graph, Node
 from luminal.kernel import ir
 from luminal.kernel.indexing import flat_index, loop_name
-from luminal.kernel.values import NotRowLocal, ValueLowering
+from luminal.kernel.values import NotRowLocal, ValueLowering, substitute_indices
 from luminal.schedule.fusion import UNROLL_LIMIT
 from luminal.shape.expr import ONE, ZERO, Expr, sym
 
@@ -114,10 +115,13 @@ def elementwise_kernel(
 
 # ------------------------------------------------------------------------- reductions
 def reduce_kernel(
-    graph: Graph, node: Node, materialised: set[int], dims: Sequence[str]
+    graph: Graph, node: Node, materialised: set[int], dims: Sequence[str], columns: bool = True
 ) -> ir.Kernel:
     """SumReduce/MaxReduce, or a Contract (sum of a product) without BLAS: one output
-    element per outer iteration, producers fused into the inner loop."""
+    element per outer iteration, producers fused into the inner loop; with `columns`, a
+    reduction over a strided axis accumulates over contiguous output columns instead
+    (`_column_reduction`: the CPU's form; GPU lowering passes False, since its
+    work-items over the output already read consecutive columns at once)."""
     if len(getattr(node.op, "summed", ())) > 1:
         return _multi_sum_kernel(graph, node, materialised, dims)
     w = _writer(graph, node, materialised)
@@ -135,11 +139,140 @@ def reduce_kernel(
         stages = _unrolled(node, terms)
     else:
         value = w.reduced_value(node, outer[:axis] + [reduce_index] + outer[axis:])
+        tiled = _column_reduction(w, node, value, outer, reduce_index) if columns else None
+        if tiled is not None:
+            return _kernel(graph, node, w, dims, tiled)
         stages = [_reduction_loop(node, value, reduce_index, size, "acc")]
     acc = ir.Var("acc", node.dtype)
     store = ir.Store(0, flat_index(outer, node.shape), acc, node.dtype)
     work = product(node.inputs[0].view.shape)
     return _kernel(graph, node, w, dims, loop_nest(node.shape, outer, [*stages, store], work))
+
+
+# a column reduction accumulates in this many output elements at most per outer
+# iteration (16 KB of float32: they stay in L1 while the reduced rows stream past)
+COLUMN_TILE = 4096
+# with no other output axis to run on threads, the columns are cut into blocks of the
+# largest of these that divides them into at least four (else two)
+COLUMN_BLOCKS = (1024, 512, 256, 128, 64)
+
+
+def _column_reduction(
+    w: ValueLowering, node: Node, value: ir.Value, outer: list[Expr], reduce_index: Expr
+) -> tuple[ir.Stmt, ...] | None:
+    """A reduction over a strided axis whose innermost output axis is contiguous (MiniLM's
+    `(V * 0).sum(-2)` over keys at stride 384, a bias gradient summed over the batch):
+    the reduce loop outside, the trailing output axes (the columns) inside, accumulating
+    in the output row, so each step reads a contiguous run of the input and gcc
+    vectorises across columns; the reduce-innermost form gathers at the axis's stride.
+    Each element is still reduced in order of the reduced index. None where that form
+    does not apply: the reduced axis is contiguous in some load (or no load is
+    contiguous along the last output axis), or the output is not float32/int32 (a
+    float16 accumulator in memory would round at every step)."""
+    if node.dtype not in (DType.float32, DType.int32) or not outer or node.shape[-1] == 1:
+        return None
+    loads = _loads(value)
+    reduced, last = _variable(reduce_index), _variable(outer[-1])
+    if any(_unit_stride(load.index, reduced) for load in loads):
+        return None
+    if not any(_unit_stride(load.index, last) for load in loads):
+        return None
+    shape = tuple(node.shape)
+    tile = _column_tile(shape)
+    outer_axes = [a for a in range(len(shape)) if a not in tile]
+    flat = flat_index(outer, shape)
+    op = "max" if isinstance(node.op, ops.MaxReduce) else "add"
+    identity = _identity(op, node.dtype)
+    if all(shape[a] == 1 for a in outer_axes):  # the columns are every output element
+        blocked = _column_blocks(w, value, outer, tile[-1], shape)
+        if blocked is not None:
+            value, outer, flat, shape, tile, outer_axes = blocked
+    update = ir.Alu(op, (ir.Load(0, flat, node.dtype), value), node.dtype)
+    tile_shape = [shape[a] for a in tile]
+    tile_idx = [outer[a] for a in tile]
+    init = loop_nest(tile_shape, tile_idx, [ir.Store(0, flat, identity, node.dtype)], None)
+    steps = loop_nest(tile_shape, tile_idx, [ir.Store(0, flat, update, node.dtype)], None)
+    size = node.inputs[0].view.shape[node.op.axis]
+    reduce_loop = ir.Loop(_name(reduce_index), size, "serial", steps)
+    work = product(node.inputs[0].view.shape)
+    outer_shape = [shape[a] for a in outer_axes]
+    outer_idx = [outer[a] for a in outer_axes]
+    return loop_nest(outer_shape, outer_idx, [*init, reduce_loop], work)
+
+
+def _column_tile(shape: tuple[Expr, ...]) -> list[int]:
+    """The trailing output axes accumulated inside the reduce loop: the last, then
+    outward while the tile stays within COLUMN_TILE elements and another axis (of more
+    than one element) is left for the parallel loop."""
+    tile = [len(shape) - 1]
+    elements = shape[-1].as_int()
+    for a in range(len(shape) - 2, -1, -1):
+        extent = shape[a].as_int()
+        rest = [b for b in range(a) if shape[b] != 1]
+        if extent is None or elements is None or elements * extent > COLUMN_TILE or not rest:
+            break
+        tile.insert(0, a)
+        elements *= extent
+    return tile
+
+
+def _column_blocks(
+    w: ValueLowering, value: ir.Value, outer: list[Expr], axis: int, shape: tuple[Expr, ...]
+) -> tuple | None:
+    """The columns (every output element, along `axis`) as parallel blocks times the
+    columns of one block, where a size of COLUMN_BLOCKS divides them into four blocks or
+    more (else two): the blocks run on threads as the output elements did."""
+    columns = shape[axis].as_int()
+    if columns is None:
+        return None
+    fits = [b for b in COLUMN_BLOCKS if columns % b == 0 and columns > b]
+    block = next((b for b in fits if columns // b >= 4), fits[0] if fits else None)
+    if block is None:
+        return None
+    blocks = w.loop_var("k0_", sym(columns // block))
+    inner = w.loop_var("c0_", sym(block))
+    (name,) = outer[axis].variables()
+    value = substitute_indices(value, {name: blocks * block + inner})
+    outer = [*outer[:axis], blocks, inner, *outer[axis + 1 :]]
+    shape = (*shape[:axis], sym(columns // block), sym(block), *shape[axis + 1 :])
+    flat = flat_index(outer, shape)
+    tile = [axis + 1]
+    outer_axes = [a for a in range(len(shape)) if a != axis + 1]
+    return value, outer, flat, shape, tile, outer_axes
+
+
+def _identity(op: str, dtype: DType) -> ir.Const:
+    if op == "add":
+        return _zero(dtype)
+    return ir.Const(float("-inf") if dtype.is_float else -(2**31), dtype)
+
+
+def _variable(index: Expr) -> str:
+    (name,) = index.variables()
+    return name
+
+
+def _unit_stride(index: Expr, variable: str) -> bool:
+    """Whether `index` steps by exactly 1 along `variable` (affine in it, coefficient 1)."""
+    coefficient = 0
+    for mono, coef in index.terms:
+        if variable not in Expr(((mono, 1),)).variables():
+            continue
+        if len(mono) != 1 or mono[0].op != "var":
+            return False  # a multiple of a dim, or under a division
+        coefficient += coef
+    return coefficient == 1
+
+
+def _loads(value: object) -> list[ir.Load]:
+    """The loads under an IR value."""
+    if isinstance(value, ir.Load):
+        return [value]
+    if isinstance(value, tuple):
+        return [load for x in value for load in _loads(x)]
+    if isinstance(value, ir.Value):
+        return [load for f in fields(value) for load in _loads(getattr(value, f.name))]
+    return []
 
 
 def _multi_sum_kernel(

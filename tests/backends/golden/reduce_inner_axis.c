@@ -5,16 +5,15 @@
 
 /* sumreduce */
 void lm_sumreduce_<hash>(float* restrict b0, const float* restrict b1, const long long* restrict d) {
-    #pragma omp parallel for collapse(2) if((2880) > 16384)
+    #pragma omp parallel for if((2880) > 16384)
     for (long long i0_ = 0; i0_ < 6; i0_++) {
         for (long long i1_ = 0; i1_ < 12; i1_++) {
-            float acc = 0.0f;
-            #pragma omp simd reduction(+:acc)
-            for (long long r0_ = 0; r0_ < 40; r0_++) {
-                const float v = b1[(480*i0_ + i1_ + 12*r0_)];
-                acc += v;
+            b0[(12*i0_ + i1_)] = 0.0f;
+        }
+        for (long long r0_ = 0; r0_ < 40; r0_++) {
+            for (long long i1_ = 0; i1_ < 12; i1_++) {
+                b0[(12*i0_ + i1_)] = (b0[(12*i0_ + i1_)] + b1[(480*i0_ + i1_ + 12*r0_)]);
             }
-            b0[(12*i0_ + i1_)] = acc;
         }
     }
 }

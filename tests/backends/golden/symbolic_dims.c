@@ -45,15 +45,13 @@ void lm_recip_sumreduce_exp2_maxreduce_<hash>(float* restrict b0, const float* r
 /* sumreduce */
 void lm_sumreduce_<hash>(float* restrict b0, const float* restrict b1, const long long* restrict d) {
     const long long dim_batch = d[0]; (void)dim_batch;
-    #pragma omp parallel for if((16*dim_batch) > 16384)
     for (long long i0_ = 0; i0_ < 16; i0_++) {
-        float acc = 0.0f;
-        #pragma omp simd reduction(+:acc)
-        for (long long r0_ = 0; r0_ < dim_batch; r0_++) {
-            const float v = b1[(i0_ + 16*r0_)];
-            acc += v;
+        b0[i0_] = 0.0f;
+    }
+    for (long long r0_ = 0; r0_ < dim_batch; r0_++) {
+        for (long long i0_ = 0; i0_ < 16; i0_++) {
+            b0[i0_] = (b0[i0_] + b1[(i0_ + 16*r0_)]);
         }
-        b0[i0_] = acc;
     }
 }
 
