@@ -21,7 +21,7 @@ from luminal.errors import LuminalError, ShapeError
 from luminal.graph import Graph
 from luminal.nn.layers import fan_in_bound, uniform_init
 from luminal.nn.module import Module
-from luminal.nn.winograd import applicable, winograd_conv2d, worthwhile
+from luminal.nn.winograd import Transforms, applicable, pick, winograd_conv2d, worthwhile
 from luminal.shape.expr import product, sym
 from luminal.tensor import GraphTensor
 
@@ -164,7 +164,7 @@ def conv(
                 f"{op}: spatial dim {axis} of input {x._shape_text()} (padded to "
                 f"{size + before + after}) is smaller than the dilated kernel {d * (k - 1) + 1}"
             )
-    use_winograd = _use_winograd(
+    transforms = _winograd_transforms(
         algorithm, x, kernel, stride_t, dilation_t, pads, groups, out_channels, op
     )
 
@@ -172,8 +172,8 @@ def conv(
         if unbatched:
             x = x.unsqueeze(0)
         n = x.view.shape[0]
-        if use_winograd:
-            out = winograd_conv2d(x, weight, pads)
+        if transforms is not None:
+            out = winograd_conv2d(x, weight, pads, transforms)
             if bias is not None:
                 out = out + bias.reshape((out_channels, 1, 1))
             return out.squeeze(0) if unbatched else out
@@ -198,7 +198,7 @@ def conv(
         return out.squeeze(0) if unbatched else out
 
 
-def _use_winograd(
+def _winograd_transforms(
     algorithm: str,
     x: GraphTensor,
     kernel: tuple[int, ...],
@@ -208,29 +208,30 @@ def _use_winograd(
     groups: int,
     out_channels: int,
     op: str,
-) -> bool:
-    """Whether `conv` computes this convolution with Winograd: as asked ("winograd" where
-    it cannot apply is an error), or for "auto" where it applies and is worthwhile."""
+) -> Transforms | None:
+    """The Winograd transforms `conv` computes this convolution with, or None for im2col:
+    as asked ("winograd" where it cannot apply is an error), or for "auto" where it
+    applies and is worthwhile (`winograd.worthwhile`)."""
     if algorithm not in ALGORITHMS:
         raise LuminalError(f"{op}: algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
     if algorithm == "im2col":
-        return False
+        return None
     spatial = tuple(x.view.shape[x.ndim - len(kernel) :])
     why = applicable(kernel, stride, dilation, groups, spatial)
-    if algorithm == "winograd":
-        if why is not None:
+    if why is not None:
+        if algorithm == "winograd":
             raise ShapeError(
                 f"{op}: algorithm='winograd' needs a 2-D 3x3 convolution with stride 1, "
                 f"dilation 1 and groups 1 over known spatial sizes, but {why} "
                 f"(input {x._shape_text()})"
             )
-        return True
-    if why is not None:
-        return False
+        return None
     sizes = [
         int(s.as_int()) + before + after - 2  # type: ignore[operator]
         for s, (before, after) in zip(spatial, pads, strict=True)
     ]
+    if algorithm == "winograd":
+        return pick(sizes)
     channels = int(x.view.shape[x.ndim - 3].as_int())  # type: ignore[arg-type]
     return worthwhile(channels, out_channels, sizes)
 

@@ -1,10 +1,11 @@
-"""Winograd F(4x4, 3x3) convolution (luminal.nn.winograd) against torch's conv2d: odd,
-non-square and tile-sized inputs, padding 0 and 1, batches, bias, unbatched input, the
-reference runtime and the CPU compiler, gradients through it, the "auto" choice, errors,
-and the error at ResNet scale against float64."""
+"""Winograd F(4x4, 3x3) and F(2x2, 3x3) convolutions (luminal.nn.winograd) against
+torch's conv2d: odd, non-square and tile-sized inputs, padding 0 and 1, batches, bias,
+unbatched input, the reference runtime and the CPU compiler, gradients through it, the
+"auto" choice, errors, and the error at ResNet scale against float64."""
 
 from __future__ import annotations
 
+import importlib
 import math
 
 import numpy as np
@@ -14,10 +15,12 @@ import torch
 import luminal as lm
 from luminal import ops
 from luminal.nn.conv import conv
+from luminal.nn.winograd import F2, F4
 from tests.conftest import assert_matches_torch, uniform
 from tests.nn.conftest import assert_output_and_grads_match, input_and_parameter_grads
 
 ATOL, RTOL = 1e-4, 1e-3
+CONV_MODULE = importlib.import_module("luminal.nn.conv")  # luminal.nn.conv is the function
 
 CASES = [  # (input shape, out channels, padding, bias)
     ((2, 5, 9, 11), 7, 1, True),
@@ -29,6 +32,16 @@ CASES = [  # (input shape, out channels, padding, bias)
 ]
 
 
+def _winograd_tiles(graph: lm.Graph) -> list[int]:
+    """The input tile side (alpha) of each Winograd convolution in the graph, from its
+    input transform kron(B^T, B^T) (alpha^2 x alpha^2)."""
+    return [
+        int(round(node.shape[0].as_int() ** 0.5))
+        for node in graph.nodes.values()
+        if isinstance(node.op, ops.Input) and node.op.label == "winograd_BT"
+    ]
+
+
 def _winograd_nodes(graph: lm.Graph) -> int:
     """How many Winograd transform matrices the graph holds (3 per Winograd conv)."""
     return sum(
@@ -37,9 +50,11 @@ def _winograd_nodes(graph: lm.Graph) -> int:
     )
 
 
+@pytest.mark.parametrize("transforms", [F4, F2], ids=["F4", "F2"])
 @pytest.mark.parametrize("compiled", [False, True], ids=["reference", "cpu"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}->{c[1]},p{c[2]},b{c[3]}")
-def test_forward_matches_torch(rng, case, compiled):
+def test_forward_matches_torch(rng, monkeypatch, case, compiled, transforms):
+    monkeypatch.setattr(CONV_MODULE, "pick", lambda sizes: transforms)
     shape, out_channels, padding, bias = case
     channels = shape[-3]
     torch.manual_seed(0)
@@ -51,7 +66,7 @@ def test_forward_matches_torch(rng, case, compiled):
     layer.load_state_dict(reference.state_dict())
     x = uniform(rng, shape)
     y = layer(cx.tensor(shape).set(x)).retrieve()
-    assert _winograd_nodes(cx) == 3
+    assert _winograd_tiles(cx) == [transforms.alpha]
     if compiled:
         cx.compile(lm.CPUCompiler())
     cx.execute()
@@ -60,6 +75,7 @@ def test_forward_matches_torch(rng, case, compiled):
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["reference", "cpu"])
 def test_gradients_match_torch(rng, compiled):
+    """F(2x2) here (9 tiles of 4x4 are too few for F(4x4))."""
     torch.manual_seed(0)
     reference = torch.nn.Conv2d(3, 4, 3, padding=1)
     cx = lm.Graph()
@@ -80,9 +96,10 @@ def test_gradients_match_torch(rng, compiled):
 def test_auto_picks_winograd_only_where_worthwhile(rng):
     cx = lm.Graph()
     conv(cx.tensor((1, 128, 16, 16)), cx.tensor((128, 128, 3, 3)), padding=1)  # 16 tiles
-    assert _winograd_nodes(cx) == 3
+    conv(cx.tensor((1, 128, 7, 7)), cx.tensor((128, 128, 3, 3)), padding=1)  # 4, or 16 of 2x2
+    assert _winograd_tiles(cx) == [F4.alpha, F2.alpha]
     for x_shape, w_shape, kwargs in [
-        ((1, 128, 7, 7), (128, 128, 3, 3), dict(padding=1)),  # 4 tiles
+        ((1, 128, 5, 5), (128, 128, 3, 3), dict(padding=1)),  # 9 tiles of 2x2
         ((1, 64, 16, 16), (128, 64, 3, 3), dict(padding=1)),  # few input channels
         ((1, 128, 16, 16), (64, 128, 3, 3), dict(padding=1)),  # few output channels
         ((1, 128, 16, 16), (128, 128, 3, 3), dict(padding=1, stride=2)),
@@ -116,12 +133,14 @@ def test_winograd_where_it_cannot_apply_is_an_error(kwargs, message):
         lm.nn.Conv1d(cx, 4, 4, 3, algorithm="direct")
 
 
-def test_error_at_resnet_scale_is_within_the_documented_bound():
-    """256 -> 256 channels, 14x14, He-initialised weights: Winograd's error against a
-    float64 convolution stays within docs/layers.md's bound (5e-6 of the largest output;
-    2.7e-6 measured) and within 10x im2col's (4.3e-7)."""
+@pytest.mark.parametrize("size, transforms, bound", [(14, F4, 5e-6), (7, F2, 1e-6)])
+def test_error_at_resnet_scale_is_within_the_documented_bound(size, transforms, bound):
+    """256 -> 256 channels, He-initialised weights, ResNet-18's 14x14 (F(4x4)) and 7x7
+    (F(2x2)) maps: Winograd's error against a float64 convolution stays within
+    docs/layers.md's bounds (of the largest output: F(4x4) 5e-6, 2.7e-6 measured; F(2x2)
+    1e-6, 4.3e-7 measured) and within 10x im2col's (4.3e-7 and 4.7e-7)."""
     rng = np.random.default_rng(1)
-    x = rng.standard_normal((2, 256, 14, 14)).astype(np.float32)
+    x = rng.standard_normal((2, 256, size, size)).astype(np.float32)
     w = (rng.standard_normal((256, 256, 3, 3)) * math.sqrt(2 / (9 * 256))).astype(np.float32)
     exact = torch.nn.functional.conv2d(
         torch.from_numpy(x).double(), torch.from_numpy(w).double(), padding=1
@@ -131,8 +150,10 @@ def test_error_at_resnet_scale_is_within_the_documented_bound():
         cx = lm.Graph()
         y = conv(cx.tensor(x.shape).set(x), cx.tensor(w.shape).set(w), padding=1,
                  algorithm=algorithm).retrieve()  # fmt: skip
+        if algorithm == "winograd":
+            assert _winograd_tiles(cx) == [transforms.alpha]
         cx.compile(lm.CPUCompiler())
         cx.execute()
         errors[algorithm] = np.abs(y.numpy() - exact).max() / np.abs(exact).max()
-    assert errors["winograd"] < 5e-6, errors
+    assert errors["winograd"] < bound, errors
     assert errors["winograd"] < 10 * errors["im2col"], errors
