@@ -56,7 +56,7 @@ class Transforms:
 
 # interpolation points 0, 1, -1, 1/2, -2 and infinity (Barabasz et al., "Error Analysis
 # and Improving the Accuracy of Winograd Convolution for Deep Neural Networks", 2020):
-# 3x less error than Lavin's 0, +-1, +-2 at 256 channels (docs/layers.md)
+# 2.6x less error than Lavin's 0, +-1, +-2 at 256 channels (docs/layers.md)
 F4 = Transforms(
     4,
     np.array(
