@@ -100,6 +100,15 @@ class Communicator:
         them only between two fences that every rank makes."""
         return None
 
+    def partition(self, size: int) -> tuple[np.ndarray, slice] | None:
+        """A float32 array of `size` elements that every rank reads and writes in place
+        (memory the ranks share), and the slice of it this rank owns: rank r owns
+        elements [size·r//W, size·(r+1)//W), which only it writes; a `fence` of a bucket
+        makes those writes visible to every rank. None where the ranks do not share
+        memory (data parallelism then keeps the whole optimizer step on every rank).
+        A collective (every rank makes its partitions at the same points)."""
+        return None
+
     def fence(self, array: np.ndarray, timeout: float | None = None, op: str = "fence") -> None:
         """A barrier after which every rank's writes to its `bucket()` array before it
         are visible to every rank that reads it through `peers()`: `fence_start` then

@@ -18,6 +18,11 @@ take rank 0's values. Two ways to sum the buckets, chosen by the communicator:
 - otherwise the Function all-reduces (sums) the bucket in place and the optimizer reads
   the gradients back out of its output by views.
 
+Ranks sharing memory also share the parameters (`ParameterShards`, ZeRO-1): they live
+in one vector every rank reads, and each rank applies the optimizer to its range of it
+only, writing the new values in place; the fence after the run is then ended at once, so
+the parameters are whole whenever a step has returned.
+
 Either way the gradients are divided by the world size where the optimizer reads them
 (fused into its kernels), and a step is still one `execute()`.
 """
@@ -26,7 +31,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -40,6 +45,7 @@ if TYPE_CHECKING:
     from luminal.tensor import GraphTensor
 
 LABEL = "all_reduce gradients (data parallel)"
+WRITER_LABEL = "write this rank's range of the parameters (data parallel)"
 
 
 class GradientBucket:
@@ -67,6 +73,7 @@ class GradientBucket:
         self.peers: list[np.ndarray] | None = None
         self.peer_inputs: list[tuple[int, np.ndarray]] = []  # graph input -> a peer's bucket
         self._settling = False  # a fence started after the last run, not ended yet
+        self.settle_fully = False  # end that fence at once (the ranks share the parameters)
         self._graph: Graph | None = None  # the graph whose inputs the peers' buckets are
 
     def __deepcopy__(self, memo: dict) -> GradientBucket:
@@ -80,6 +87,11 @@ class GradientBucket:
         whether the peers' buckets can be read directly."""
         self._flat = self.communicator.bucket(size)
         self.peers = self.communicator.peers(self._flat)
+
+    @property
+    def array(self) -> np.ndarray:
+        """This rank's bucket (the array its fences are made on)."""
+        return self._flat
 
     def buffer(self, size: int) -> np.ndarray:
         """The flat float32 array the gradients and the loss live in."""
@@ -119,6 +131,8 @@ class GradientBucket:
         if self.peers is not None:
             self.communicator.fence_start(self._flat)
             self._settling = True
+            if self.settle_fully:  # the peers' new parameters are in place when it returns
+                self.ready()
 
     def ready(self) -> None:
         """Before a run, which writes this rank's bucket: wait until every peer is done
@@ -145,6 +159,142 @@ class GradientBucket:
         shared[...] = flat
         self.reduce(shared)
         return shared.copy()
+
+
+class ParameterShards:
+    """ZeRO-1 for ranks sharing memory: the parameters live in one vector every rank
+    reads (`Communicator.partition`), laid end to end, and rank r applies the optimizer
+    to its range of it only, so each rank does 1/W of the update and holds 1/W of the
+    optimizer state. The update's kernels write the new values in place, through a
+    bucket Function over this rank's range (`_RangeWriter`), and the fence that ends the
+    step makes them visible: the next forward of every rank reads the whole vector. Only
+    for elementwise optimizers (not LAMB) on float32 parameters."""
+
+    def __init__(self, communicator: Communicator, vector: np.ndarray, own: slice) -> None:
+        self.communicator = communicator
+        self.vector = vector
+        self.start, self.stop = own.start, own.stop
+        self.views: list[tuple[int, np.ndarray]] = []  # parameter input -> its view
+        self.published = False
+
+    @classmethod
+    def create(cls, communicator: Communicator, params: Sequence[GraphTensor]) -> Any:
+        """The shards, or None where the ranks do not share memory (or the parameters are
+        not all float32)."""
+        if any(p.dtype != float32 for p in params):
+            return None
+        made = communicator.partition(sum(_numel(p) for p in params))
+        return None if made is None else cls(communicator, *made)
+
+    def step_graph(self, graph: Graph, optimizer: Any, grads: Sequence[GraphTensor]) -> None:
+        """This rank's range of the update, written into the vector by a bucket Function
+        (side-effect: nothing reads it)."""
+        pieces = optimizer.step_graph_range(grads, self.start, self.stop)
+        own = self.vector[self.start : self.stop]
+        writer = ops.Function(WRITER_LABEL, _RangeWriter(own), side_effect=True)
+        graph.add_node(writer, pieces, (self.stop - self.start,), float32)
+        offset = 0
+        for param in optimizer.params:
+            shape = tuple(int(d) for d in param.shape)
+            view = self.vector[offset : offset + _numel(param)].reshape(shape)
+            self.views.append((param.node_id, view))
+            offset += view.size
+
+    def publish(self, graph: Graph, fence_on: np.ndarray) -> None:
+        """Copy this rank's range of the parameters' arrays into the vector, fence, and
+        make the vector's views the parameters' arrays (a collective: after compiling,
+        whose verification runs write junk into this rank's range, and after
+        `broadcast_state`)."""
+        offset = 0
+        for node_id, view in self.views:
+            lo, hi = max(self.start, offset), min(self.stop, offset + view.size)
+            if lo < hi:
+                flat = np.asarray(graph.input_data[node_id], np.float32).reshape(-1)
+                self.vector[lo:hi] = flat[lo - offset : hi - offset]
+            offset += view.size
+        self.communicator.fence(fence_on, op="broadcast_state")
+        for node_id, view in self.views:
+            graph.input_data[node_id] = view
+        self.published = True
+
+    def check(self, graph: Graph) -> None:
+        """Before a step: the parameters are still the vector's views (a `set()` of one
+        would train a private copy that no other rank sees)."""
+        data = graph.input_data
+        for node_id, view in self.views:
+            if data[node_id] is not view:
+                name = graph.nodes[node_id].op.label
+                raise DistributedError(
+                    f"TrainStep(data_parallel=True): parameter {name!r} was set() after "
+                    "the step was built; the ranks share the parameters' memory, so call "
+                    "step.broadcast_state() on every rank after setting them (it takes "
+                    "rank 0's values)"
+                )
+
+    def gather_state(self, graph: Graph, states: dict[str, list[Any]]) -> dict[str, list]:
+        """Every rank's ranges of the optimizer state joined into whole arrays shaped like
+        the parameters (a collective): by kind, aligned with the parameters."""
+        ranges = list(zip(self._bounds(), self._bounds()[1:], strict=False))
+        longest = max(b - a for a, b in ranges)
+        full: dict[str, list] = {}
+        for kind, tensors in states.items():
+            mine = np.zeros(longest, np.float32)
+            pieces = [graph.input_data[t.node_id].reshape(-1) for t in tensors if t is not None]
+            joined = np.concatenate(pieces) if pieces else mine[:0]
+            mine[: joined.size] = joined
+            rows = self.communicator.all_gather(mine, None)
+            flat = np.concatenate([row[: b - a] for row, (a, b) in zip(rows, ranges, strict=True)])
+            full[kind] = self._split(flat)
+        return full
+
+    def scatter_state(self, graph: Graph, states: dict[str, list[Any]], full: dict) -> None:
+        """Set this rank's ranges of the optimizer state from whole arrays (`full`, by
+        kind, aligned with the parameters; the same on every rank)."""
+        for kind, tensors in states.items():
+            flat = np.concatenate([np.asarray(a, np.float32).reshape(-1) for a in full[kind]])
+            offset = 0
+            for (_, view), tensor in zip(self.views, tensors, strict=True):
+                lo, hi = max(self.start, offset), min(self.stop, offset + view.size)
+                if tensor is not None:
+                    graph.input_data[tensor.node_id] = flat[lo:hi].copy()
+                offset += view.size
+
+    def _bounds(self) -> list[int]:
+        size, world = self.vector.size, self.communicator.world_size
+        return [size * r // world for r in range(world + 1)]
+
+    def _split(self, flat: np.ndarray) -> list[np.ndarray]:
+        out, offset = [], 0
+        for _, view in self.views:
+            out.append(flat[offset : offset + view.size].reshape(view.shape).copy())
+            offset += view.size
+        return out
+
+
+class _RangeWriter:
+    """The bucket callable over this rank's range of the shared parameters: the CPU
+    runtime points the new values' buffers into it, so the update kernels write them in
+    place (each element is read and written by the same kernel); other runtimes call it
+    with the new values, which it writes there."""
+
+    bucket = True
+
+    def __init__(self, own: np.ndarray) -> None:
+        self.own = own
+
+    def __deepcopy__(self, memo: dict) -> _RangeWriter:
+        return self
+
+    def buffer(self, size: int) -> np.ndarray:
+        return self.own
+
+    def reduce(self, flat: np.ndarray) -> None:
+        pass  # the values are in place; the step's closing fence publishes them
+
+    def __call__(self, *pieces: np.ndarray) -> np.ndarray:
+        flat = np.concatenate([np.asarray(p, np.float32).reshape(-1) for p in pieces])
+        self.own[...] = flat
+        return flat
 
 
 def averaged(
@@ -271,6 +421,7 @@ def broadcast_inputs(
 __all__ = [
     "LABEL",
     "GradientBucket",
+    "ParameterShards",
     "averaged",
     "broadcast_inputs",
     "check_same",

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from luminal.distributed.backend import Communicator
-from luminal.distributed.shared_memory import SharedBucket, node_local
+from luminal.distributed.shared_memory import SharedBucket, SharedPartition, node_local
 from luminal.errors import DistributedError
 
 _NOTICE_TAG = 7
@@ -53,6 +53,7 @@ class MPICommunicator(Communicator):
         self.failed: dict[int, str] = {}
         self.shared: dict[int, SharedBucket] = {}  # by address of this rank's array
         self._returned: dict[int, SharedBucket] = {}  # by id of the array bucket() returned
+        self._partitions: list[Any] = []  # windows of partition(): synced by every fence
         self._notice = bytearray(_NOTICE_BYTES)
         self._listen()
         self._previous_hook = sys.excepthook
@@ -71,11 +72,25 @@ class MPICommunicator(Communicator):
         self._returned[id(shared.array)] = shared
         return shared.array
 
+    def partition(self, size: int) -> tuple[np.ndarray, slice] | None:
+        """In a shared window whose segments are the ranks' ranges, when every rank is on
+        this machine (luminal/distributed/shared_memory.py)."""
+        self._usable("partition")
+        if self.world_size == 1 or size < self.world_size or not node_local(self.MPI, self.comm):
+            return None
+        part = SharedPartition.create(self.MPI, self.comm, size)
+        if part is None:
+            return None
+        self._partitions.append(part.window)
+        return part.vector, slice(part.start, part.stop)
+
     def peers(self, array: np.ndarray) -> list[np.ndarray] | None:
         shared = self._shared(array)
         return None if shared is None else list(shared.arrays)
 
     def _fence_start(self, array: np.ndarray) -> None:
+        for window in self._partitions:  # their stores too, before the counter says so
+            window.Sync()
         shared = self._shared(array)
         if shared is not None:
             shared.fence_start()
@@ -86,6 +101,8 @@ class MPICommunicator(Communicator):
             self._wait(op, self.comm.Ibarrier(), timeout)
         else:
             shared.fence_end(self._waiter(op, timeout))
+        for window in self._partitions:
+            window.Sync()
 
     def _shared(self, array: np.ndarray) -> SharedBucket | None:
         """The shared window `array` is this rank's whole part of, if any (the array

@@ -21,6 +21,7 @@ fence. Each chunk is summed by one rank, so every rank ends with the same bits.
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Callable
 from typing import Any
 
@@ -95,6 +96,35 @@ class SharedBucket:
         return all(int(counter[0]) >= started for counter in self.counters)
 
 
+class SharedPartition:
+    """A float32 vector in one shared window, rank r owning elements [n·r//W, n·(r+1)//W)
+    as its segment of the window. MPI allocates the segments one after the other (unless
+    told otherwise), so the whole vector is one array every rank reads: the data-parallel
+    step keeps the parameters there, each rank writing only its range (ZeRO-1). `None`
+    from `create` where the segments are not contiguous."""
+
+    def __init__(self, window: Any, vector: np.ndarray, start: int, stop: int) -> None:
+        self.window = window
+        self.vector = vector
+        self.start, self.stop = start, stop
+
+    @classmethod
+    def create(cls, MPI: Any, comm: Any, size: int) -> SharedPartition | None:
+        rank, world = comm.Get_rank(), comm.Get_size()
+        bounds = [size * r // world for r in range(world + 1)]
+        own = bounds[rank + 1] - bounds[rank]
+        window = MPI.Win.Allocate_shared(own * 4, 4, comm=comm)
+        addresses = []
+        for peer in range(world):
+            memory, _ = window.Shared_query(peer)
+            addresses.append(np.frombuffer(memory, np.uint8).ctypes.data)
+        if any(a != addresses[0] + 4 * b for a, b in zip(addresses, bounds, strict=False)):
+            return None  # freeing the window is collective and blocking: left to the job's end
+        window.Lock_all(MPI.MODE_NOCHECK)  # a passive epoch, so Sync may be called
+        vector = np.ctypeslib.as_array((ctypes.c_float * size).from_address(addresses[0]))
+        return cls(window, vector, bounds[rank], bounds[rank + 1])
+
+
 def node_local(MPI: Any, comm: Any) -> bool:
     """Whether every rank of `comm` can share memory with every other (one machine)."""
     local = comm.Split_type(MPI.COMM_TYPE_SHARED)
@@ -104,4 +134,4 @@ def node_local(MPI: Any, comm: Any) -> bool:
         local.Free()
 
 
-__all__ = ["SharedBucket", "node_local"]
+__all__ = ["SharedBucket", "SharedPartition", "node_local"]

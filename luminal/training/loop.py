@@ -31,7 +31,7 @@ from luminal.training.mixed_precision import GradScaler, autocast, compute_dtype
 from luminal.training.optim import Optimizer, clip_grad_norm, output_array
 
 if TYPE_CHECKING:
-    from luminal.distributed.data_parallel import GradientBucket
+    from luminal.distributed.data_parallel import GradientBucket, ParameterShards
     from luminal.graph import Graph
     from luminal.nn.module import Module
     from luminal.tensor import GraphTensor
@@ -109,12 +109,18 @@ class TrainStep:
             grads = clip_grad_norm(grads, max_grad_norm)
         if self.scaler is not None:
             self.scaler.check(grads)  # after accumulation: an inf in any micro-batch stays
-        optimizer.step_graph(grads)
+        self._shards = self._sharded(optimizer)
+        if self._shards is not None:
+            self._shards.step_graph(graph, optimizer, grads)
+        else:
+            optimizer.step_graph(grads)
         self.broadcast_state()
         if compiler is not None:
             graph.compile(backends.compiler(compiler))
         if self._bucket is not None:
             self._bucket.connect(graph)
+        if self._shards is not None:  # after compiling: its verification runs write the range
+            self._shards.publish(graph, self._bucket.array)
         self.micro_step = 0  # calls so far
         self.optimizer_steps = 0  # optimizer steps taken or skipped (on an overflow)
         self.skipped_steps = 0
@@ -206,6 +212,28 @@ class TrainStep:
         return data_parallel.averaged(self.graph, grads, self.loss, self._bucket)
 
     # ---------------------------------------------------------------- running
+    def _sharded(self, optimizer: Optimizer) -> ParameterShards | None:
+        """ZeRO-1 (each rank updates 1/W of the parameters, which the ranks share) where
+        the ranks share memory and every run of the graph is an optimizer step that is
+        applied: not with accumulation or a loss scaler (a run that does not step would
+        still write the parameters in place), nor with outputs that the loss does not
+        depend on (a kernel computing one could read the parameters after this rank's
+        update; `prediction` is computed before), nor for LAMB."""
+        bucket = self._bucket
+        if bucket is None or bucket.peers is None or not optimizer.elementwise:
+            return None
+        if self.accumulate > 1 or self.scaler is not None:
+            return None
+        before = _ancestors(self.graph, self.loss.node_id)
+        if any(t.node_id not in before for t in self.outputs.values()):
+            return None
+        from luminal.distributed.data_parallel import ParameterShards
+
+        shards = ParameterShards.create(bucket.communicator, optimizer.params)
+        if shards is not None:
+            bucket.settle_fully = True
+        return shards
+
     @property
     def params(self) -> list[GraphTensor]:
         return self.optimizer.params
@@ -235,6 +263,8 @@ class TrainStep:
         bucket = self._bucket
         if bucket is not None:
             arrays, bucket.weight = _shard(arrays, bucket.communicator)
+            if self._shards is not None:
+                self._shards.check(self.graph)
         self.set_batch(*arrays)
         last = (self.micro_step + 1) % self.accumulate == 0
         if self._last_flag is not None:
@@ -274,31 +304,49 @@ class TrainStep:
         return self.micro_step % self.accumulate
 
     # ---------------------------------------------------------------- checkpoints
-    def _checkpoint_tensors(self) -> dict[str, GraphTensor]:
+    def _checkpoint_tensors(self, with_state: bool = True) -> dict[str, GraphTensor]:
         """Parameters ("param.i"), optimizer state ("kind.i") and the optimizer's step."""
         tensors = {f"param.{i}": p for i, p in enumerate(self.optimizer.params)}
-        for kind, states in self.optimizer.state.items():
-            tensors.update({f"{kind}.{i}": t for i, t in enumerate(states)})
+        if with_state:
+            for kind, states in self.optimizer.state.items():
+                tensors.update({f"{kind}.{i}": t for i, t in enumerate(states)})
         tensors["optimizer.step"] = self.optimizer._step
         return tensors
 
+    def _state_arrays(self) -> dict[str, np.ndarray]:
+        """The optimizer state's whole arrays by checkpoint name (sharded: every rank's
+        ranges gathered, a collective)."""
+        data, states = self.graph.input_data, self.optimizer.state
+        if self._shards is None:
+            return {
+                f"{k}.{i}": data[t.node_id] for k, ts in states.items() for i, t in enumerate(ts)
+            }
+        full = self._shards.gather_state(self.graph, states)
+        return {f"{k}.{i}": a for k, arrays in full.items() for i, a in enumerate(arrays)}
+
     def broadcast_state(self) -> None:
         """Data parallel: give every rank rank 0's parameters, optimizer state and step
-        (done at construction; again after changing weights on rank 0 only)."""
-        if self._bucket is not None:
-            from luminal.distributed.data_parallel import broadcast_inputs
+        (done at construction; again after changing weights on rank 0 only). With the
+        optimizer sharded, each rank keeps its own range of the state."""
+        if self._bucket is None:
+            return
+        from luminal.distributed.data_parallel import broadcast_inputs
 
-            tensors = list(self._checkpoint_tensors().values())
-            broadcast_inputs(self._bucket.communicator, self.graph, tensors)
+        tensors = self._checkpoint_tensors(with_state=self._shards is None)
+        broadcast_inputs(self._bucket.communicator, self.graph, list(tensors.values()))
+        if self._shards is not None and self._shards.published:
+            self._shards.publish(self.graph, self._bucket.array)
 
     def save(self, path: str | Path) -> None:
         """Write parameters and optimizer state as safetensors. Data parallel: every rank
         holds the same values, rank 0 writes, and all ranks return once it has written."""
         from luminal.weights import save_safetensors
 
+        data = self.graph.input_data
+        tensors = self._checkpoint_tensors(with_state=False)
+        arrays = {name: data[t.node_id] for name, t in tensors.items()}
+        arrays.update(self._state_arrays())
         if self.rank == 0:
-            data = self.graph.input_data
-            arrays = {name: data[t.node_id] for name, t in self._checkpoint_tensors().items()}
             save_safetensors(arrays, path)
         if self._bucket is not None:
             self._bucket.communicator.barrier(None)
@@ -308,6 +356,9 @@ class TrainStep:
         from luminal.weights import load_safetensors
 
         tensors = self._checkpoint_tensors()
+        if self._shards is not None:
+            self._load_sharded(path, tensors)
+            return
         if self.rank == 0:
             stored = load_safetensors(path)
             missing = sorted(set(tensors) - set(stored))
@@ -316,6 +367,44 @@ class TrainStep:
             for name, tensor in tensors.items():
                 tensor.set(stored[name])
         self.broadcast_state()
+
+    def _load_sharded(self, path: str | Path, tensors: dict[str, Any]) -> None:
+        """`load` with the optimizer sharded: rank 0 reads, every rank receives the whole
+        arrays and keeps its ranges of the state; the parameters go to the shared vector."""
+        from luminal.weights import load_safetensors
+
+        assert self._bucket is not None and self._shards is not None
+        communicator, data = self._bucket.communicator, self.graph.input_data
+        names = [name for name, t in tensors.items() if t is not None]
+        stored = load_safetensors(path) if self.rank == 0 else {}
+        missing = sorted(set(names) - set(stored)) if self.rank == 0 else []
+        if missing:
+            raise LuminalError(f"TrainStep.load: {str(path)!r} lacks {missing[:3]}")
+        states = self.optimizer.state
+        full: dict[str, list[np.ndarray]] = {}
+        for kind in states:
+            arrays = []
+            for index, param in enumerate(self.optimizer.params):
+                shape = tuple(int(d) for d in param.shape)
+                array = stored.get(f"{kind}.{index}", np.zeros(shape, np.float32))
+                arrays.append(communicator.broadcast(np.array(array, np.float32), 0, None))
+            full[kind] = arrays
+        self._shards.scatter_state(self.graph, states, full)
+        for name, tensor in tensors.items():
+            if self.rank == 0 and (name.startswith("param.") or name == "optimizer.step"):
+                data[tensor.node_id] = np.array(stored[name], data[tensor.node_id].dtype)
+        self.broadcast_state()
+
+
+def _ancestors(graph: Graph, node_id: int) -> set[int]:
+    """`node_id` and every node it is computed from."""
+    seen, todo = {node_id}, [node_id]
+    while todo:
+        for edge in graph.nodes[todo.pop()].inputs:
+            if edge.source not in seen:
+                seen.add(edge.source)
+                todo.append(edge.source)
+    return seen
 
 
 def _shard(arrays: Sequence[np.ndarray], communicator: Any) -> tuple[Sequence[np.ndarray], float]:

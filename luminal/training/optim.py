@@ -32,7 +32,11 @@ _EXPM1_TERMS = 9
 
 class Optimizer:
     """Base class: parameter checks, scalar hyperparameter inputs, state inputs and the
-    carry of new values into inputs. Subclasses implement `_update`."""
+    carry of new values into inputs. Subclasses implement `_update`. `elementwise`: each
+    element's update reads only that element of the parameter, gradient and state, so
+    any range of elements can be updated alone (`step_graph_range`)."""
+
+    elementwise = True
 
     def __init__(self, params: Iterable[GraphTensor], lr: float) -> None:
         self.params: list[GraphTensor] = list(params)
@@ -48,6 +52,7 @@ class Optimizer:
         self._values: dict[str, float] = {}
         self._states: dict[str, list[GraphTensor]] = {}
         self._carry: list[tuple[GraphTensor, GraphTensor]] = []
+        self._state_shapes: dict[int, tuple[int, ...]] = {}  # by index, when not the param's
         self._built = False
         self.initial_lr: float | None = None  # recorded by the first schedule (torch habit)
         self._step = self.graph.tensor((), dtype=int32, name=f"{self.name}.step")
@@ -90,10 +95,11 @@ class Optimizer:
 
     # ---------------------------------------------------------------- state
     def _state(self, kind: str, index: int) -> GraphTensor:
-        """A zero-initialised float32 input shaped like parameter `index`."""
+        """A zero-initialised float32 input shaped like parameter `index` (flat, of the
+        updated range's length, under `step_graph_range`)."""
         param = self.params[index]
         label = param.node.op.label
-        shape = tuple(int(d) for d in param.shape)
+        shape = self._state_shapes.get(index) or tuple(int(d) for d in param.shape)
         tensor = self.graph.tensor(shape, dtype=float32, name=f"{label}.{kind}")
         tensor.set(np.zeros(shape, np.float32))
         self._states.setdefault(kind, [None] * len(self.params))[index] = tensor  # type: ignore[list-item]
@@ -145,6 +151,42 @@ class Optimizer:
                 new.keep()
         self._built = True
         return updates
+
+    def step_graph_range(
+        self, grads: Sequence[GraphTensor], start: int, stop: int
+    ) -> list[GraphTensor]:
+        """Add the update of elements [start, stop) of the parameters laid end to end
+        (each flattened, in order), as data-parallel ranks that split the optimizer's
+        work do (ZeRO-1): returns the new values of that range, one flat piece per
+        parameter it overlaps, in order. The state inputs hold only those elements (flat;
+        `state` has None for parameters outside the range). The new parameter values are
+        not carried into the inputs (the caller writes them where the parameters live);
+        the state and the step are, by `apply()`."""
+        if not self.elementwise:
+            raise LuminalError(
+                f"{type(self).__name__}.step_graph_range: the update is not elementwise"
+            )
+        if self._built:
+            raise GraphError(f"{type(self).__name__}.step_graph_range: already built")
+        with self.graph.atomic():
+            step = self._step + 1
+            self._carry.append((self._step, step))
+            t = step.cast(float32)
+            pieces, offset = [], 0
+            for index, (param, grad) in enumerate(zip(self.params, grads, strict=True)):
+                size = int(np.prod([int(d) for d in param.shape], dtype=np.int64))
+                lo, hi = max(start, offset) - offset, min(stop, offset + size) - offset
+                offset += size
+                if lo >= hi:
+                    continue
+                self._state_shapes[index] = (hi - lo,)
+                p = param.reshape((size,))[lo:hi].cast(float32)
+                g = grad.reshape((size,))[lo:hi].cast(float32)
+                pieces.append(self._update(index, p, g, t).cast(param.dtype))
+            for _, new in self._carry:
+                new.keep()
+        self._built = True
+        return pieces
 
     def _update(self, index: int, p: GraphTensor, g: GraphTensor, t: GraphTensor) -> GraphTensor:
         raise NotImplementedError
@@ -357,6 +399,8 @@ class LAMB(Optimizer):
     """LAMB (You et al. 2019): Adam's bias-corrected direction plus decoupled weight
     decay, scaled per parameter by the trust ratio ||p|| / ||update|| (1 where either
     norm is zero). No gradient clipping inside; use `clip_grad_norm` before."""
+
+    elementwise = False  # the trust ratio reads the norms of whole parameters
 
     def __init__(
         self,

@@ -47,6 +47,49 @@ def test_mpi_data_parallel_equals_full_batch(
     np.testing.assert_array_equal(first["losses"], second["losses"])
 
 
+def test_mpi_optimizer_is_sharded(mpi_results: list, compiled_oracle: dict) -> None:
+    """On one machine each rank updates its range of the parameters and holds only that
+    range's optimizer state (ZeRO-1): the ranks' states add up to one process's, about
+    half each. With accumulation every rank keeps the whole step."""
+    for name in workloads.SCENARIOS:
+        whole = sum(a.size for a in compiled_oracle[name]["state"].values())
+        held = [int(r[f"{name}_state_elements"]) for r in mpi_results]
+        if name == "accumulate":
+            assert held == [whole, whole]
+        else:
+            assert sum(held) == whole and max(held) < 0.75 * whole, (name, held, whole)
+
+
+@pytest.mark.parametrize("name", ["sgd", "adamw"])
+def test_mpi_sharded_checkpoint_holds_the_whole_state(
+    name: str, mpi_results: list, compiled_oracle: dict
+) -> None:
+    """Rank 0's checkpoint of the sharded step gathers every rank's range: parameters and
+    optimizer state within 1e-5 of one process's on the full batch. A step built from
+    other weights that loads it saves the same file, and both continue identically."""
+    first = mpi_results[0]
+
+    def saved(tag: str) -> dict[str, np.ndarray]:
+        prefix = f"{name}_{tag}_"
+        return {k[len(prefix) :]: v for k, v in first.items() if k.startswith(prefix)}
+
+    checkpoint, again = saved("saved"), saved("resaved")
+    oracle = compiled_oracle[name]
+    for key, array in oracle["state"].items():
+        np.testing.assert_allclose(checkpoint[key], array, rtol=0, atol=1e-5, err_msg=key)
+    for index, param in enumerate(oracle["params"]):
+        np.testing.assert_allclose(checkpoint[f"param.{index}"], param, rtol=0, atol=1e-5)
+    assert sorted(again) == sorted(checkpoint)
+    for key, array in checkpoint.items():
+        np.testing.assert_array_equal(again[key], array, err_msg=key)
+    for result in mpi_results:
+        for index in range(len(oracle["params"])):
+            np.testing.assert_array_equal(
+                result[f"{name}_continued_param{index}"],
+                result[f"{name}_loaded_continued_param{index}"],
+            )
+
+
 def test_mpi_data_parallel_on_the_reference_runtime(
     mpi_results: list, compiled_oracle: dict
 ) -> None:

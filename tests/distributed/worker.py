@@ -14,6 +14,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -48,16 +49,40 @@ def collectives() -> dict[str, np.ndarray]:
     return out
 
 
-def train(out: dict[str, np.ndarray]) -> None:
+def train(out: dict[str, np.ndarray]) -> dict[str, lm.training.TrainStep]:
+    """The scenarios' results; returns their steps."""
+    steps = {}
     for name in workloads.SCENARIOS:
         result = workloads.train(name, True, lm.CPUCompiler(), seed=dist.rank())
         out[f"{name}_losses"] = result["losses"]
         for index, param in enumerate(result["params"]):
             out[f"{name}_param{index}"] = param
+        # the optimizer state this rank holds (sharded: about half of the elements)
+        out[f"{name}_state_elements"] = np.array(sum(a.size for a in result["state"].values()))
+        steps[name] = result["step"]
     result = workloads.train("sgd", True, None, seed=dist.rank())  # the reference runtime
     out["reference_sgd_losses"] = result["losses"]
     for index, param in enumerate(result["params"]):
         out[f"reference_sgd_param{index}"] = param
+    return steps
+
+
+def checkpoint(out: dict[str, np.ndarray], name: str, step: Any, folder: Path) -> None:
+    """Rank 0's checkpoint of a trained (sharded) step; the same checkpoint saved again by a
+    step built from other weights that loaded it; both steps' parameters after 2 more steps."""
+    path, again = folder / f"{name}.safetensors", folder / f"{name}_again.safetensors"
+    step.save(path)
+    fresh = workloads.build(name, True, lm.CPUCompiler(), seed=7 + dist.rank())
+    fresh.load(path)
+    fresh.save(again)
+    for tag, saved in (("saved", path), ("resaved", again)):
+        for key, array in lm.weights.load_safetensors(saved).items():
+            out[f"{name}_{tag}_{key}"] = array
+    for tag, trained in (("continued", step), ("loaded_continued", fresh)):
+        for x, y in workloads.batches(2, 16, seed=1):
+            trained(x, y)
+        for index, param in enumerate(trained.params):
+            out[f"{name}_{tag}_param{index}"] = trained.graph.input_data[param.node_id].copy()
 
 
 def fail(how: str) -> None:
@@ -96,9 +121,11 @@ def main(mode: str, folder: str) -> None:
     out: dict[str, np.ndarray] = {"world_size": np.array(dist.world_size())}
     if "collectives" in mode:
         out.update(collectives())
-    if "train" in mode:
-        train(out)
+    steps = train(out) if "train" in mode else {}
     out["shared_buckets"] = np.array(len(getattr(dist.current(), "shared", {})))
+    for name in ("sgd", "adamw"):
+        if name in steps:
+            checkpoint(out, name, steps[name], Path(folder))
     if mode in ("fail", "die"):
         fail(mode)
     if mode == "tensor_parallel":

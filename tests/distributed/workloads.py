@@ -74,12 +74,20 @@ def build(
 
 
 def train(name: str, data_parallel: bool, compiler: Any = None, seed: int = 0) -> dict:
-    """Run the scenario; returns the final parameters and the loss of every call."""
+    """Run the scenario; returns the final parameters, the loss of every call, the
+    optimizer state this rank holds (by checkpoint name; a sharded optimizer holds a
+    range, flat) and the step."""
     step = build(name, data_parallel, compiler, seed)
     _, accumulate, size, steps = SCENARIOS[name]
     step_losses = [step(x, y) for x, y in batches(steps * accumulate, size)]
     params = [step.graph.input_data[p.node_id].copy() for p in step.params]
-    return {"params": params, "losses": np.array(step_losses)}
+    state = {
+        f"{kind}.{index}": step.graph.input_data[tensor.node_id].copy()
+        for kind, tensors in step.optimizer.state.items()
+        for index, tensor in enumerate(tensors)
+        if tensor is not None
+    }
+    return {"params": params, "losses": np.array(step_losses), "state": state, "step": step}
 
 
 def rank_array(rank: int) -> np.ndarray:
