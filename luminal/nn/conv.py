@@ -165,7 +165,7 @@ def conv(
                 f"{size + before + after}) is smaller than the dilated kernel {d * (k - 1) + 1}"
             )
     transforms = _winograd_transforms(
-        algorithm, x, kernel, stride_t, dilation_t, pads, groups, out_channels, op
+        algorithm, x, weight, kernel, stride_t, dilation_t, pads, groups, op
     )
 
     with x.graph.atomic():
@@ -201,12 +201,12 @@ def conv(
 def _winograd_transforms(
     algorithm: str,
     x: GraphTensor,
+    weight: GraphTensor,
     kernel: tuple[int, ...],
     stride: tuple[int, ...],
     dilation: tuple[int, ...],
     pads: tuple[tuple[int, int], ...],
     groups: int,
-    out_channels: int,
     op: str,
 ) -> Transforms | None:
     """The Winograd transforms `conv` computes this convolution with, or None for im2col:
@@ -217,13 +217,13 @@ def _winograd_transforms(
     if algorithm == "im2col":
         return None
     spatial = tuple(x.view.shape[x.ndim - len(kernel) :])
-    why = applicable(kernel, stride, dilation, groups, spatial)
+    why = applicable(kernel, stride, dilation, groups, spatial, (x.dtype, weight.dtype))
     if why is not None:
         if algorithm == "winograd":
             raise ShapeError(
-                f"{op}: algorithm='winograd' needs a 2-D 3x3 convolution with stride 1, "
-                f"dilation 1 and groups 1 over known spatial sizes, but {why} "
-                f"(input {x._shape_text()})"
+                f"{op}: algorithm='winograd' needs a float32 2-D 3x3 convolution with "
+                f"stride 1, dilation 1 and groups 1 over known spatial sizes, but {why} "
+                f"(input {x._shape_text()}, weight {weight._shape_text()})"
             )
         return None
     sizes = [
@@ -233,6 +233,7 @@ def _winograd_transforms(
     if algorithm == "winograd":
         return pick(sizes)
     channels = int(x.view.shape[x.ndim - 3].as_int())  # type: ignore[arg-type]
+    out_channels = int(weight.view.shape[0].as_int())  # type: ignore[arg-type]
     return worthwhile(channels, out_channels, sizes)
 
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from luminal.dtype import DType
 from luminal.graph import Graph
 from luminal.shape.expr import Expr
 from luminal.tensor import GraphTensor
@@ -110,8 +111,12 @@ def applicable(
     dilation: Sequence[int],
     groups: int,
     spatial: Sequence[Expr],
+    dtypes: Sequence[DType],
 ) -> str | None:
-    """Why Winograd cannot compute this convolution, or None when it can."""
+    """Why Winograd cannot compute this convolution, or None when it can. Float32 only:
+    its transforms' rounding, 6x im2col's in float32, would swamp half precision."""
+    if any(dtype != DType.float32 for dtype in dtypes):
+        return f"the operands are {', '.join(str(d) for d in dtypes)}, not float32"
     if len(kernel) != 2:
         return f"it is {len(kernel)}-D (Winograd here is 2-D)"
     if tuple(kernel) != (3, 3):

@@ -111,6 +111,35 @@ def test_auto_picks_winograd_only_where_worthwhile(rng):
         assert _winograd_nodes(cx) == 0, (x_shape, kwargs)
 
 
+def test_symbolic_batch_and_gpu_rendering(rng):
+    """One compiled graph serves batches of 1 and 3; the GPU backends render it."""
+    torch.manual_seed(0)
+    reference = torch.nn.Conv2d(5, 6, 3, padding=1)
+    cx = lm.Graph()
+    layer = lm.nn.Conv2d(cx, 5, 6, 3, padding=1, algorithm="winograd")
+    layer.load_state_dict(reference.state_dict())
+    x = cx.tensor(("batch", 5, 9, 9))
+    y = layer(x).retrieve()
+    for compiler in (lm.CUDACompiler(), lm.OpenCLCompiler(), lm.MetalCompiler()):
+        assert compiler.render(cx)
+    cx.compile(lm.CPUCompiler())
+    for batch in (1, 3):
+        data = uniform(rng, (batch, 5, 9, 9))
+        x.set(data)
+        cx.execute()
+        assert_matches_torch(y.numpy(), reference(torch.from_numpy(data)), atol=ATOL, rtol=RTOL)
+
+
+def test_half_precision_stays_on_im2col():
+    cx = lm.Graph()
+    x = cx.tensor((1, 128, 16, 16), dtype=lm.float16)
+    w = cx.tensor((128, 128, 3, 3), dtype=lm.float16)
+    assert conv(x, w, padding=1).dtype == lm.float16
+    assert _winograd_nodes(cx) == 0
+    with pytest.raises(lm.ShapeError, match="float32"):
+        conv(x, w, padding=1, algorithm="winograd")
+
+
 @pytest.mark.parametrize(
     "kwargs, message",
     [
