@@ -308,3 +308,50 @@ def test_outputs_that_share_a_chain_keep_their_classes():
     before = _outputs(cx, outs)
     cx.compile(EGraphCompiler())
     _assert_same(before, _outputs(cx, outs))
+
+
+class _Tracked:
+    """Remembers the state of each e-graph made (egglog 13's `EGraph._state`, which owns
+    the native e-graph) and the generations collected; `promoted`: a young collection
+    frees nothing, as when the e-graph's cycles were promoted to the oldest generation."""
+
+    def __init__(self, monkeypatch, promoted: bool) -> None:
+        import weakref
+
+        from luminal.compiler.egraph import compiler
+
+        self.states: list = []
+        self.generations: list[int] = []
+        original, collect = compiler.EGraph, compiler.gc.collect
+
+        def make():
+            egraph = original()
+            self.states.append(weakref.ref(egraph._state))
+            return egraph
+
+        def counted(generation: int = 2) -> int:
+            self.generations.append(generation)
+            return 0 if promoted and generation < 2 else collect(generation)
+
+        monkeypatch.setattr(compiler, "EGraph", make)
+        monkeypatch.setattr(compiler.gc, "collect", counted)
+
+
+@pytest.mark.parametrize("promoted", [False, True])
+def test_every_egraph_is_freed_by_the_thread_that_made_it(rng, monkeypatch, promoted):
+    """egglog e-graphs must be freed on the thread that made them: none may be left to a
+    later collection, on whichever thread it runs (each `run` leaves the e-graph's state
+    in a reference cycle). The full collection (tens of ms) only when a young one did not
+    free them."""
+    import gc
+
+    tracked = _Tracked(monkeypatch, promoted)
+    cx, _ = _mixed_graph(rng)
+    gc.disable()  # only reference counts and the compiler's own collections free them
+    try:
+        cx.compile(EGraphCompiler())
+        assert tracked.states and all(state() is None for state in tracked.states)
+        per_egraph = [1, 2] if promoted else [1]
+        assert tracked.generations == per_egraph * len(tracked.states)
+    finally:
+        gc.enable()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gc
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -127,6 +128,9 @@ class EGraphCompiler:
             if not report.updated:
                 break
         serialized = SerializedEGraph.from_egraph(egraph)
+        native = [getattr(egraph, "_state", None)]  # what holds the native e-graph
+        del egraph
+        _free_on_this_thread(native)
         classes = []
         for index in range(len(program.outputs)):
             cls = serialized.roots.get(index)
@@ -190,13 +194,29 @@ class EGraphCompiler:
         # regions wrote their own copies of shared constants: merge them, drop the old nodes
         CommonSubexpressionElimination().compile(graph)
         DeadCodeElimination().compile(graph)
-        # egglog e-graphs must be freed on the thread that made them: collect their
-        # reference cycles here, not later inside some worker thread
-        gc.collect()
         self.report.regions = len(regions)
         self.report.distinct_regions = len(done)
         self.report.seconds = time.perf_counter() - start
         return self.report
+
+
+def _free_on_this_thread(native: list[object]) -> None:
+    """Free an e-graph on the thread that made it, as egglog requires ("unsendable":
+    freed on a gcc worker thread by an automatic collection, it raises there and leaks).
+    `native` holds the only other reference to its state (egglog 13's `EGraph._state`,
+    owner of the native object), which every `run` left in a reference cycle (a recursive
+    closure): collect the young cycles (~1-5 ms), then drop the state, freed now by its
+    reference count. The full collection (~50 ms after the MLP's e-graph: the whole heap,
+    imports included) only when that left it alive (a cycle promoted to the oldest
+    generation), or when the state could not be found. Until `native` is cleared no
+    other thread's collection can free the state, however the threads interleave."""
+    state = native[0]
+    owner = None if state is None else weakref.ref(state)
+    del state
+    gc.collect(1)
+    native.clear()
+    if owner is None or owner() is not None:
+        gc.collect()
 
 
 def _namer(egraph: EGraph) -> Callable[[Term], Term]:
