@@ -140,6 +140,29 @@ def test_half_precision_stays_on_im2col():
         conv(x, w, padding=1, algorithm="winograd")
 
 
+def test_onnx_conv_takes_winograd_and_equals_onnxruntime(rng):
+    """ONNX Conv is imported with algorithm="auto": a 128-channel 3x3 convolution with
+    ReLU on 16x16 runs as Winograd and equals onnxruntime within atol 1e-4, rtol 1e-3."""
+    import onnxruntime as ort
+
+    from tests.onnx.export import export_onnx
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(128, 128, 3, padding=1), torch.nn.ReLU())
+    x = rng.standard_normal((2, 128, 16, 16)).astype(np.float32)
+    onnx_model = export_onnx(model, (torch.from_numpy(x),), ["images"], {})
+    cx = lm.Graph()
+    inputs, outputs = lm.onnx.load(onnx_model, cx)
+    assert _winograd_tiles(cx) == [F4.alpha]
+    inputs["images"].set(x)
+    cx.compile(lm.CPUCompiler())
+    cx.execute()
+    session = ort.InferenceSession(onnx_model, providers=["CPUExecutionProvider"])
+    (expected,) = session.run(None, {"images": x})
+    (ours,) = [t.numpy() for t in outputs.values()]
+    np.testing.assert_allclose(ours, expected, atol=ATOL, rtol=RTOL)
+
+
 @pytest.mark.parametrize(
     "kwargs, message",
     [
