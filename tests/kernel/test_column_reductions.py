@@ -73,7 +73,8 @@ def test_keys_at_a_stride_as_in_minilm_with_symbolic_dims() -> None:
     at = cx.tensor(("b", "s", 16)).set(a)
     v = (at @ cx.tensor((16, 96)).set(w)).reshape(("b", "s", 3, 32)).permute((0, 2, 1, 3))
     zeros = (v * 0.0).sum(-2)
-    (got,) = _run(cx, zeros)
+    with np.errstate(all="ignore"):  # the verifying reference run makes the NaN too
+        (got,) = _run(cx, zeros)
     np.testing.assert_array_equal(got, want(a))
     at.set(a[:1, :7])  # other dims, the same program
     cx.execute()
