@@ -2,19 +2,23 @@
 
 A product (`ops.Contract`) whose only reader computes relu?(product + bias + residual)
 (a linear layer, a residual add, a ReLU) can write that result directly, instead of
-writing the product for another kernel to read back. `match_epilogue` recognises such a
-reader in the fusion plan; a backend's generated matmul renders `Epilogue`.
+writing the product for another kernel to read back. `match_consumer` recognises such a
+reader in the fusion plan (the BLAS path maps its terms onto C: `backends/cpu/
+sgemm_epilogue.py`); `match_epilogue` narrows it to the `Epilogue` a backend's generated
+matmul renders.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from luminal import ops
 from luminal.dtype import DType
 from luminal.errors import LuminalError
 from luminal.graph import Edge, Graph
+from luminal.schedule.activation_probe import probe_activation
+from luminal.shape.expr import ONE, Expr
 from luminal.shape.tracker import contiguous_strides
 
 
@@ -61,15 +65,31 @@ def _is_buffer(graph: Graph, materialised: Collection[int], node_id: int) -> boo
     return node_id in materialised or isinstance(graph.nodes[node_id].op, ops.Input)
 
 
-def match_epilogue(
+@dataclass(frozen=True)
+class ConsumerSum:
+    """The kernel reading a product when it computes act(product + terms): `consumer` its
+    head, `activation` "none", "relu" or "gelu" (GELU-erf, recognised by evaluating the
+    kernel: `activation_probe.py`), `terms` the other addends (float32 buffers read
+    without a mask), all in the consumer's `shape`, through which the product is read
+    whole in its own memory order (the same element count: a reshape at most, as a
+    convolution's (image, channel, position) product read as (image, channel, y, x))."""
+
+    consumer: int
+    activation: str
+    terms: tuple[Edge, ...]
+    shape: tuple[Expr, ...]
+    scale: float = 1.0  # the activation's value times this
+
+
+def match_consumer(
     graph: Graph,
     kernels: Mapping[int, Collection[int]],
     materialised: Collection[int],
     product: int,
-) -> FusedEpilogue | None:
-    """The single reader of `product` when it computes relu?(product + bias + residual)
-    with a row (length-N) bias and/or an M x N residual, all float32 buffers. `kernels`
-    maps each kernel's head (the node it writes) to the nodes it computes."""
+) -> ConsumerSum | None:
+    """The single reader kernel of `product` as a `ConsumerSum`, or None: several reader
+    kernels, an output product, a consumer computing anything else. `kernels` maps each
+    kernel's head (the node it writes) to the nodes it computes."""
     readers = graph.readers()[product]
     consumer_kernel = None
     for head, computed in kernels.items():
@@ -79,10 +99,10 @@ def match_epilogue(
         return None
     head, computed = consumer_kernel
     node = graph.nodes[head]
-    shape = tuple(_int(d) for d in node.shape)
-    if node.dtype != DType.float32 or shape != tuple(_int(d) for d in graph.nodes[product].shape):
+    shape = tuple(node.shape)
+    if node.dtype != DType.float32 or _elements(shape) != _elements(graph.nodes[product].shape):
         return None
-    activation = "none"
+    activation, scale = "none", 1.0
     if isinstance(node.op, ops.MaxReduce):  # relu: max over the pair (x, padding 0)
         (edge,) = node.inputs
         view = edge.view
@@ -98,6 +118,16 @@ def match_epilogue(
         activation, top = "relu", edge.source
         if view.offset != 0 or tuple(view.strides[:-1]) != tuple(contiguous_strides(node.shape)):
             return None
+    elif not isinstance(node.op, ops.Add):  # an activation of the sum (product + terms)?
+        (top,) = readers if len(readers) == 1 else (None,)
+        if top is None or not isinstance(graph.nodes[top].op, ops.Add):
+            return None
+        if tuple(graph.nodes[top].shape) != shape:
+            return None
+        probed = probe_activation(graph, head, computed, top)
+        if probed is None:
+            return None
+        activation, scale = probed
     else:
         top = head
     others: list[Edge] = []
@@ -109,14 +139,38 @@ def match_epilogue(
         others = [e for e in terms if e.source != product]
         if len(product_terms) != 1 or not _identity(product_terms[0], shape):
             return None
-    bias = residual = None
     for edge in others:
-        source = graph.nodes[edge.source]
-        if source.dtype != DType.float32 or not _is_buffer(graph, materialised, edge.source):
+        if graph.nodes[edge.source].dtype != DType.float32 or edge.view.mask is not None:
             return None
+        if not _is_buffer(graph, materialised, edge.source):
+            return None
+    if not others and activation == "none":
+        return None
+    return ConsumerSum(head, activation, tuple(others), shape, scale)
+
+
+def match_epilogue(
+    graph: Graph,
+    kernels: Mapping[int, Collection[int]],
+    materialised: Collection[int],
+    product: int,
+) -> FusedEpilogue | None:
+    """The single reader of `product` when it computes relu?(product + bias + residual)
+    in the product's own shape, with a row (length-N) bias and/or an M x N residual
+    (`match_consumer`, narrowed to what the generated matmul renders)."""
+    found = match_consumer(graph, kernels, materialised, product)
+    if found is None or found.shape != tuple(graph.nodes[product].shape):
+        return None
+    if found.activation not in ("none", "relu") or found.scale != 1.0:
+        return None
+    shape = tuple(_int(d) for d in found.shape)
+    if None in shape:
+        return None
+    bias = residual = None
+    for edge in found.terms:
         strides = [_int(s) for s in edge.view.strides]
         offset = _int(edge.view.offset)
-        if edge.view.mask is not None or offset is None or None in strides or strides[-1] != 1:
+        if offset is None or None in strides or strides[-1] != 1:
             return None
         if all(s == 0 for s in strides[:-1]) and bias is None:
             bias = (edge.source, offset)
@@ -124,10 +178,15 @@ def match_epilogue(
             residual = (edge.source, offset, strides[-2])
         else:
             return None
-    if bias is None and residual is None and activation == "none":
-        return None
-    epilogue = Epilogue("row" if bias else "none", activation, residual is not None)
-    return FusedEpilogue(head, epilogue, bias, residual)
+    epilogue = Epilogue("row" if bias else "none", found.activation, residual is not None)
+    return FusedEpilogue(found.consumer, epilogue, bias, residual)
+
+
+def _elements(shape: Sequence[Expr]) -> Expr:
+    total: Expr = ONE
+    for d in shape:
+        total = total * d
+    return total
 
 
 def _rows_merge(strides: list[int], shape: tuple) -> bool:
@@ -142,8 +201,8 @@ def _identity(edge: Edge, shape: tuple) -> bool:
     return (
         view.mask is None
         and _int(view.offset) == 0
-        and tuple(_int(d) for d in view.shape) == shape
-        and tuple(_int(s) for s in view.strides) == tuple(contiguous_strides(shape))
+        and tuple(view.shape) == tuple(shape)
+        and tuple(view.strides) == tuple(contiguous_strides(shape))
     )
 
 

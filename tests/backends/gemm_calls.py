@@ -36,6 +36,19 @@ def gather_function() -> Callable[..., int]:
     return function
 
 
+def epilogue_function() -> Callable[..., None]:
+    """lm_sgemm_ep: lm_sgemm's arguments, then (row_bias, col_bias, residual, act, scale),
+    the pointers null (None) when absent."""
+    path = toolchain.build_shared([("probe", "int lm_probe(void) { return 0; }\n")], True)
+    function = toolchain.load(path).lm_sgemm_ep
+    pointer = ctypes.c_void_p
+    function.argtypes = [ctypes.c_int, ctypes.c_int, I64, I64, I64, pointer, I64, pointer, I64]
+    function.argtypes += [pointer, I64, I64, I64, pointer, pointer, pointer, ctypes.c_int]
+    function.argtypes += [ctypes.c_float]
+    function.restype = None
+    return function
+
+
 def thread_setter() -> Iterator[Callable[[int], None]]:
     """A fixture body: sets the OpenMP thread count per case and restores it after."""
     original = toolchain.get_num_threads().openmp

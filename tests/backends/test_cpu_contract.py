@@ -27,8 +27,9 @@ def op_names(cx: lm.Graph) -> list[str]:
 
 def calls_sgemm(source: str) -> bool:
     """A call of `lm_sgemm` or `lm_sgemm_gather` (a product packing its columns from the
-    source of an im2col copy); the first argument is a transpose flag, 111 or 112."""
-    return "lm_sgemm(11" in source or "lm_sgemm_gather(11" in source
+    source of an im2col copy), or of their `_ep` variants (the reader's bias / ReLU fused
+    in); the first argument is a transpose flag, 111 or 112."""
+    return any(f"lm_sgemm{kind}(11" in source for kind in ("", "_gather", "_ep", "_gather_ep"))
 
 
 def test_unmergeable_m_axes_are_packed_into_one_sgemm(rng):

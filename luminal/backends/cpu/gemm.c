@@ -54,10 +54,61 @@ typedef int lm_i4 __attribute__((vector_size(4 * sizeof(int))));
 static inline lm_v4 lm_v4load(const float* p) { lm_v4 v; memcpy(&v, p, sizeof v); return v; }
 static inline void lm_v4store(float* p, lm_v4 v) { memcpy(p, &v, sizeof v); }
 
-/* where C's columns lie: blocks of `width` columns, `stride` apart */
+#define LM_ACT_NONE 0
+#define LM_ACT_RELU 1 /* max(x, 0), NaN kept (as relu's max over (x, 0) keeps it) */
+#define LM_ACT_GELU 2 /* x (erf(x / sqrt 2) / 2 + 1 / 2), erf as luminal/hl/unary.py builds it */
+
+typedef int lm_ivec __attribute__((vector_size(LM_VW * sizeof(int))));
+
+/* GELU-erf of LM_VW values, the graph's formula op for op: t = x / sqrt 2 clamped to
+   +-3.92 (NaN kept), erf(t) = t P(t^2) / Q(t^2) (ERF_NUMERATOR / ERF_DENOMINATOR by
+   Horner's rule), exactly +-1 where |t| > 3.92 */
+static inline lm_vec lm_vgelu(lm_vec v, float half)
+{
+    const lm_vec bound = (lm_vec){0} + 3.92f;
+    const lm_vec t = v * 0.70710678118654752f;
+    lm_vec x = t;
+    lm_ivec below = x < -bound, above = x > bound;
+    x = (lm_vec)(((lm_ivec)x & ~(below | above)) | ((lm_ivec)(-bound) & below) |
+                 ((lm_ivec)bound & above));
+    const lm_vec x2 = x * x;
+    lm_vec num = x2 * 1.992147957707857e-08f + -1.994306558117387e-06f;
+    num = num * x2 + 0.00014898755762260407f;
+    num = num * x2 + 0.003972914069890976f;
+    num = num * x2 + 0.051397331058979034f;
+    num = num * x2 + 0.20611466467380524f;
+    num = num * x2 + 1.1283787488937378f;
+    lm_vec den = x2 * 0.0010241302661597729f + 0.014889256097376347f;
+    den = den * x2 + 0.11756473779678345f;
+    den = den * x2 + 0.5159931182861328f;
+    den = den * x2 + 1.0f;
+    lm_vec erf = x * num * (1.0f / den);
+    const lm_vec one = (lm_vec){0} + 1.0f;
+    const lm_ivec high = t > bound, low = t < -bound; /* NaN: neither */
+    erf = (lm_vec)(((lm_ivec)erf & ~(high | low)) | ((lm_ivec)one & high) |
+                   ((lm_ivec)(-one) & low));
+    return v * (erf * half + half); /* half: 1/2, or 1/2 of the activation's scale */
+}
+
+/* what is applied to C's values as they are finally stored (the consumer of the product
+   fused into it: a layer's bias, a residual add, an activation): + row_bias[i] on row i,
+   + col_bias[j] on column j, + the residual's element at C's own offset (residual - c
+   apart), then `act` (LM_ACT_*) times `scale` (an ONNX export's GELU may leave its 1/2 to
+   a later op); each may be absent (null, LM_ACT_NONE, 1) */
+typedef struct {
+    const float* row_bias;
+    const float* col_bias;
+    const float* residual;
+    int act;
+    float scale;
+} lm_ep;
+
+/* where C's columns lie: blocks of `width` columns, `stride` apart; `ep` null when
+   nothing is fused */
 typedef struct {
     float* c;
     long long ldc, width, stride;
+    const lm_ep* ep;
 } lm_out;
 
 static inline float* lm_out_at(const lm_out* out, long long i, long long j)
@@ -65,12 +116,66 @@ static inline float* lm_out_at(const lm_out* out, long long i, long long j)
     return out->c + i * out->ldc + j / out->width * out->stride + j % out->width;
 }
 
+/* the epilogue on `count` values v of row i from column j (stored at q), in place */
+static void lm_finish(const lm_out* out, long long i, long long j, const float* q,
+                      float* v, int count)
+{
+    const lm_ep* ep = out->ep;
+    if (ep->row_bias)
+        for (int e = 0; e < count; e++) v[e] += ep->row_bias[i];
+    if (ep->col_bias)
+        for (int e = 0; e < count; e++) v[e] += ep->col_bias[j + e];
+    if (ep->residual) {
+        const float* r = ep->residual + (q - out->c);
+        for (int e = 0; e < count; e++) v[e] += r[e];
+    }
+    if (ep->act == LM_ACT_RELU)
+        for (int e = 0; e < count; e++) v[e] = v[e] < 0.0f ? 0.0f : v[e];
+    if (ep->act == LM_ACT_GELU)
+        for (int e = 0; e < count; e += LM_VW) { /* whole vectors, the last one partly */
+            const int lanes = count - e < LM_VW ? count - e : LM_VW;
+            lm_vec x = {0};
+            memcpy(&x, v + e, (size_t)lanes * sizeof(float));
+            x = lm_vgelu(x, 0.5f * ep->scale);
+            memcpy(v + e, &x, (size_t)lanes * sizeof(float));
+        }
+    else if (ep->scale != 1.0f)
+        for (int e = 0; e < count; e++) v[e] *= ep->scale;
+}
+
+/* the epilogue on row i of a register tile (NV vectors from column j, stored at q) */
+static inline __attribute__((always_inline)) void lm_finish_row(const lm_out* out, long long i,
+                                                                long long j, const float* q,
+                                                                lm_vec* v)
+{
+    const lm_ep* ep = out->ep;
+    if (ep->row_bias) {
+        const float shift = ep->row_bias[i];
+        for (int x = 0; x < LM_NV; x++) v[x] += shift;
+    }
+    if (ep->col_bias)
+        for (int x = 0; x < LM_NV; x++) v[x] += lm_vload(ep->col_bias + j + x * LM_VW);
+    if (ep->residual) {
+        const float* r = ep->residual + (q - out->c);
+        for (int x = 0; x < LM_NV; x++) v[x] += lm_vload(r + x * LM_VW);
+    }
+    if (ep->act == LM_ACT_RELU)
+        for (int x = 0; x < LM_NV; x++) { /* negative lanes to 0; NaN is not negative */
+            const lm_ivec negative = v[x] < 0.0f;
+            v[x] = (lm_vec)((lm_ivec)v[x] & ~negative);
+        }
+    if (ep->act == LM_ACT_GELU)
+        for (int x = 0; x < LM_NV; x++) v[x] = lm_vgelu(v[x], 0.5f * ep->scale);
+    else if (ep->scale != 1.0f)
+        for (int x = 0; x < LM_NV; x++) v[x] *= ep->scale;
+}
+
 /* lm_gemm_tile's body, A's element (p, r) at ap[p * a_step + r * a_ld]: inlined once per
    A layout, so that each loop's addressing is fixed */
 static inline __attribute__((always_inline)) void lm_tile_body(
     long long kc, const float* restrict ap, long long a_step, long long a_ld,
     const float* restrict bp, const long long* restrict rows_at, const lm_out* out, long long i,
-    long long j, int rows, int cols, int add)
+    long long j, int rows, int cols, int add, int finish)
 {
     lm_vec acc[LM_MR][LM_NV];
     for (int r = 0; r < LM_MR; r++)
@@ -86,11 +191,13 @@ static inline __attribute__((always_inline)) void lm_tile_body(
     }
     if (rows == LM_MR && cols == LM_NR && j % out->width + LM_NR <= out->width) {
         float* c = lm_out_at(out, i, j);
-        for (int r = 0; r < LM_MR; r++)
-            for (int v = 0; v < LM_NV; v++) {
-                float* q = c + r * out->ldc + v * LM_VW;
-                lm_vstore(q, add ? lm_vload(q) + acc[r][v] : acc[r][v]);
-            }
+        for (int r = 0; r < LM_MR; r++) {
+            float* q = c + r * out->ldc;
+            if (add)
+                for (int v = 0; v < LM_NV; v++) acc[r][v] += lm_vload(q + v * LM_VW);
+            if (finish) lm_finish_row(out, i + r, j, q, acc[r]);
+            for (int v = 0; v < LM_NV; v++) lm_vstore(q + v * LM_VW, acc[r][v]);
+        }
         return;
     }
     float tile[LM_MR][LM_NR];
@@ -101,26 +208,33 @@ static inline __attribute__((always_inline)) void lm_tile_body(
         const long long within = (j + x) % out->width;
         const int run = (int)(cols - x < out->width - within ? cols - x : out->width - within);
         float* q = lm_out_at(out, i, j + x);
-        for (int r = 0; r < rows; r++, q += out->ldc)
-            for (int e = 0; e < run; e++) q[e] = add ? q[e] + tile[r][x + e] : tile[r][x + e];
+        for (int r = 0; r < rows; r++, q += out->ldc) {
+            float* t = &tile[r][x];
+            if (add)
+                for (int e = 0; e < run; e++) t[e] += q[e];
+            if (finish) lm_finish(out, i + r, j + x, q, t, run);
+            memcpy(q, t, (size_t)run * sizeof(float));
+        }
         x += run;
     }
 }
 
 /* C tile at (i, j) (rows x cols of MR x NR) = (or +=, when add) A panel times B panel
    (kc x NR): packed (row p at bp + p * NR), or with `rows_at` read in place (row p at
-   bp + rows_at[p]). The A panel is packed (kc x MR, `a_ld` 0) or A's rows read where they
+   bp + rows_at[p]); with `finish` (the last K block, something fused) the epilogue is
+   applied as the tile is stored. The A panel is packed (kc x MR, `a_ld` 0) or A's rows read where they
    lie, `a_ld` apart (element (p, r) at ap[r * a_ld + p]): a broadcast reads one float
    either way, and packing A cost more than it saved (1 thread, 4096 x 384 x 1536:
    23.2-23.7 -> 20.4-20.8 ms read in place). */
 static void lm_gemm_tile(long long kc, const float* restrict ap, long long a_ld,
                          const float* restrict bp, const long long* restrict rows_at,
-                         const lm_out* out, long long i, long long j, int rows, int cols, int add)
+                         const lm_out* out, long long i, long long j, int rows, int cols, int add,
+                         int finish)
 {
     if (a_ld)
-        lm_tile_body(kc, ap, 1, a_ld, bp, rows_at, out, i, j, rows, cols, add);
+        lm_tile_body(kc, ap, 1, a_ld, bp, rows_at, out, i, j, rows, cols, add, finish);
     else
-        lm_tile_body(kc, ap, LM_MR, 1, bp, rows_at, out, i, j, rows, cols, add);
+        lm_tile_body(kc, ap, LM_MR, 1, bp, rows_at, out, i, j, rows, cols, add, finish);
 }
 
 /* element (i, p) of op(X) for X row-major with leading dimension ld */
@@ -217,7 +331,6 @@ static void lm_gather_offsets(const long long* axes, long long naxes, long long 
    starts one element early so that nothing past s[2 (count - 1)] is read) */
 static inline void lm_copy_even(float* restrict d, const float* restrict s, int count)
 {
-    typedef int lm_ivec __attribute__((vector_size(LM_VW * sizeof(int))));
     lm_ivec even, tail;
     for (int e = 0; e < LM_VW; e++) {
         even[e] = 2 * e;
@@ -418,7 +531,7 @@ static int lm_gemm(int ta, long long m, long long n, long long k, const float* a
                         lm_gemm_tile(kc, panel, direct_a ? lda : 0,
                                      b ? b : bp + (jp - first) * LM_NR * kc,
                                      b ? rows_at : 0, out, ip * LM_MR, jp * LM_NR, (int)rows,
-                                     (int)cols, q > 0);
+                                     (int)cols, q > 0, out->ep && q == k_blocks - 1);
                     }
                 }
             }
@@ -501,7 +614,7 @@ static int lm_sgemm_split_k(int ta, int tb, long long m, long long n, long long 
            the region is already parallel), faster than lm_dots' 2 x 4 dot products:
            16 x 150 x 3200 (LeNet conv2's weight gradient, half its K) 0.24 -> 0.14 ms */
         const lm_in in = {tb, b0, ldb, 0};
-        const lm_out slice = {mine, n, n, 0};
+        const lm_out slice = {mine, n, n, 0, 0};
         if (m < LM_MIN_ROWS || n < LM_NR || m * n * (k1 - k0) < LM_MIN_WORK ||
             lm_gemm(ta, m, n, k1 - k0, a0, lda, &in, &slice))
             lm_blas_sgemm(ta, tb, m, n, k1 - k0, a0, lda, b0, ldb, mine, n);
@@ -516,16 +629,47 @@ static int lm_sgemm_split_k(int ta, int tb, long long m, long long n, long long 
     return 0;
 }
 
-void lm_sgemm(int ta, int tb, long long m, long long n, long long k, const float* a,
-              long long lda, const float* b, long long ldb, float* c, long long ldc,
-              long long width, long long stride)
+/* C = 0 when K is 0 (then the epilogue, if any) */
+static void lm_zero(const lm_out* out, long long m, long long n)
+{
+    for (long long i = 0; i < m; i++)
+        for (long long j = 0; j < n; j++) *lm_out_at(out, i, j) = 0.0f;
+}
+
+/* the epilogue over all of C, after the BLAS or the zeros of K = 0 wrote the product */
+static void lm_finish_all(const lm_out* out, long long m, long long n)
+{
+    if (!out->ep) return;
+    for (long long i = 0; i < m; i++)
+        for (long long j0 = 0; j0 < n; j0 += out->width) {
+            float* q = lm_out_at(out, i, j0);
+            lm_finish(out, i, j0, q, q, (int)out->width);
+        }
+}
+
+/* the epilogue's arguments as an lm_ep, or null when nothing is fused */
+static const lm_ep* lm_epilogue(lm_ep* ep, const float* row_bias, const float* col_bias,
+                                const float* residual, int act, float scale)
+{
+    *ep = (lm_ep){row_bias, col_bias, residual, act, scale};
+    return row_bias || col_bias || residual || act != LM_ACT_NONE || scale != 1.0f ? ep : 0;
+}
+
+/* lm_sgemm whose stored values get an epilogue (see lm_ep): its consumer (bias,
+   residual, activation) computed while the product's tiles are still in registers */
+void lm_sgemm_ep(int ta, int tb, long long m, long long n, long long k, const float* a,
+                 long long lda, const float* b, long long ldb, float* c, long long ldc,
+                 long long width, long long stride, const float* row_bias, const float* col_bias,
+                 const float* residual, int act, float scale)
 {
     if (m <= 0 || n <= 0) return;
     if (width <= 0 || width > n) width = n;
-    const lm_out out = {c, ldc, width, stride};
+    lm_ep fused;
+    const lm_out out = {c, ldc, width, stride,
+                        lm_epilogue(&fused, row_bias, col_bias, residual, act, scale)};
     if (k <= 0) {
-        for (long long i = 0; i < m; i++)
-            for (long long j = 0; j < n; j++) *lm_out_at(&out, i, j) = 0.0f;
+        lm_zero(&out, m, n);
+        lm_finish_all(&out, m, n);
         return;
     }
     if (m >= LM_MIN_ROWS && n >= LM_NR && m * n * k >= LM_MIN_WORK &&
@@ -542,27 +686,48 @@ void lm_sgemm(int ta, int tb, long long m, long long n, long long k, const float
             continue;
         lm_blas_sgemm(ta, tb, m, width, k, a, lda, bj, ldb, cj, ldc);
     }
+    lm_finish_all(&out, m, n);
 }
 
-/* lm_sgemm with op(B) gathered from a tensor x: `desc` is {nk, (size, stride) x nk,
+void lm_sgemm(int ta, int tb, long long m, long long n, long long k, const float* a,
+              long long lda, const float* b, long long ldb, float* c, long long ldc,
+              long long width, long long stride)
+{
+    lm_sgemm_ep(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, width, stride, 0, 0, 0, LM_ACT_NONE,
+                1.0f);
+}
+
+/* lm_sgemm_ep with op(B) gathered from a tensor x: `desc` is {nk, (size, stride) x nk,
    nn, (size, stride) x nn}; B's row p is p's position over the first nk axes, its column
    j j's over the other nn (sizes multiplying to k and n), element (p, j) at x[row offset
    + column offset]. A convolution's im2col columns are read this way from the padded
    input, never copied. Returns 0, or the bytes it could not allocate (nothing written). */
-long long lm_sgemm_gather(int ta, long long m, long long n, long long k, const float* a,
-                          long long lda, const float* x, const long long* desc, float* c,
-                          long long ldc, long long width, long long stride)
+long long lm_sgemm_gather_ep(int ta, long long m, long long n, long long k, const float* a,
+                             long long lda, const float* x, const long long* desc, float* c,
+                             long long ldc, long long width, long long stride,
+                             const float* row_bias, const float* col_bias, const float* residual,
+                             int act, float scale)
 {
     if (m <= 0 || n <= 0) return 0;
     if (width <= 0 || width > n) width = n;
-    const lm_out out = {c, ldc, width, stride};
+    lm_ep fused;
+    const lm_out out = {c, ldc, width, stride,
+                        lm_epilogue(&fused, row_bias, col_bias, residual, act, scale)};
     if (k <= 0) {
-        for (long long i = 0; i < m; i++)
-            for (long long j = 0; j < n; j++) *lm_out_at(&out, i, j) = 0.0f;
+        lm_zero(&out, m, n);
+        lm_finish_all(&out, m, n);
         return 0;
     }
     const lm_in in = {LM_NO_TRANS, x, 0, desc};
     if (lm_gemm(ta, m, n, k, a, lda, &in, &out))
         return (long long)(((m + LM_MR - 1) / LM_MR * LM_MR * k + LM_NR * LM_KC) * sizeof(float));
     return 0;
+}
+
+long long lm_sgemm_gather(int ta, long long m, long long n, long long k, const float* a,
+                          long long lda, const float* x, const long long* desc, float* c,
+                          long long ldc, long long width, long long stride)
+{
+    return lm_sgemm_gather_ep(ta, m, n, k, a, lda, x, desc, c, ldc, width, stride, 0, 0, 0,
+                              LM_ACT_NONE, 1.0f);
 }

@@ -15,6 +15,18 @@ PROTOTYPE = (
     "const float*, const long long*, float*, long long, long long, long long);"
 )
 
+# the variants that apply an epilogue as C is stored (a fused consumer's bias per row or
+# column of C, residual, activation and its scale), which only kernels fusing one call
+# (`sgemm_epilogue.py`)
+EPILOGUE_PROTOTYPE = (
+    "void lm_sgemm_ep(int, int, long long, long long, long long, const float*, long long, "
+    "const float*, long long, float*, long long, long long, long long, const float*, "
+    "const float*, const float*, int, float);\n"
+    "long long lm_sgemm_gather_ep(int, long long, long long, long long, const float*, "
+    "long long, const float*, const long long*, float*, long long, long long, long long, "
+    "const float*, const float*, const float*, int, float);"
+)
+
 
 @cache
 def _source() -> str:

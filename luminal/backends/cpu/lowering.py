@@ -10,6 +10,7 @@ from luminal import ops
 from luminal.backends.cpu.blas import blas_contract_kernel
 from luminal.backends.cpu.codegen import RENDERER, KernelSource, kernel_source
 from luminal.backends.cpu.runtime import CompiledGraph, Segment
+from luminal.backends.cpu.sgemm_epilogue import fuse_epilogues
 from luminal.compiler.attention import fuse_attention
 from luminal.custom import CustomKernel
 from luminal.graph import Graph
@@ -96,7 +97,14 @@ def _kernel(graph: Graph, node: object, materialised: set[int], dims: list[str])
 
 
 def assemble(lowering: Lowering) -> CompiledGraph:
-    """Segments of kernels split at Python functions; the CompiledGraph (not yet built)."""
+    """Segments of kernels split at Python functions; the CompiledGraph (not yet built).
+    The BLAS products left in `lowering` first absorb their bias / residual / ReLU reader
+    (`sgemm_epilogue.py`), in a copy: measured search keeps choosing per product."""
+    kernels, materialised = dict(lowering.kernels), set(lowering.materialised)
+    fuse_epilogues(lowering.graph, lowering.order, kernels, materialised)
+    lowering = Lowering(
+        lowering.graph, lowering.inputs, lowering.order, kernels, materialised, lowering.dims
+    )
     graph = lowering.graph
     segments: list[Segment] = [Segment()]
     steps: list[tuple[int, list[int]]] = []
