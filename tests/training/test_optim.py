@@ -297,3 +297,50 @@ def test_errors_name_the_problem():
         opt.apply()
     with pytest.raises(lm.LuminalError, match="momentum buffer"):
         optim.SGD([p]).momentum = 0.9
+
+
+@pytest.mark.parametrize(("name", "kwargs"), TORCH_CONFIGS)
+def test_step_graph_range_in_two_ranges_equals_torch(name: str, kwargs: dict) -> None:
+    """Two optimizers, each updating one range of the parameters laid end to end (as the
+    ranks of a sharded data-parallel step do; the cut falls inside a parameter), give
+    torch's parameters; each holds state for its range only."""
+    init, grad_steps = _data()
+    sizes = [a.size for a in init]
+    vector = np.concatenate([a.reshape(-1) for a in init])
+    cut = sizes[0] // 2 + 1
+    ranges = [(0, cut), (cut, vector.size)]
+    parts = []
+    for start, stop in ranges:
+        cx = lm.Graph()
+        params = [cx.tensor(a.shape, name=f"p{i}") for i, a in enumerate(init)]
+        grads = [cx.tensor(a.shape, name=f"g{i}") for i, a in enumerate(init)]
+        opt = getattr(optim, name)(params, **kwargs)
+        pieces = [piece.retrieve() for piece in opt.step_graph_range(grads, start, stop)]
+        for states in opt.state.values():
+            held = sum(int(np.prod(t.shape)) for t in states if t is not None)
+            assert held == stop - start
+        parts.append((cx, params, grads, opt, pieces))
+    for arrays in grad_steps:
+        new = vector.copy()
+        for (start, stop), (cx, params, grads, opt, pieces) in zip(ranges, parts, strict=True):
+            offset = 0
+            for param, grad, array in zip(params, grads, arrays, strict=True):
+                param.set(vector[offset : offset + array.size].reshape(array.shape).copy())
+                grad.set(array)
+                offset += array.size
+            cx.execute()
+            opt.apply()
+            new[start:stop] = np.concatenate([piece.numpy().reshape(-1) for piece in pieces])
+        vector = new
+    bounds = np.cumsum([0, *sizes])
+    ours = [vector[a:b].reshape(s.shape) for a, b, s in zip(bounds, bounds[1:], init, strict=False)]
+    theirs, _ = run_torch(getattr(torch.optim, name), kwargs, init, grad_steps)
+    assert_params(ours, theirs)
+
+
+def test_step_graph_range_refuses_lamb() -> None:
+    cx = lm.Graph()
+    param = cx.tensor((4,), name="p").set(np.ones(4, np.float32))
+    opt = optim.LAMB([param])
+    with pytest.raises(lm.LuminalError, match="not elementwise"):
+        opt.step_graph_range([cx.tensor((4,), name="g")], 0, 2)
