@@ -166,14 +166,16 @@ def _column_reduction(
     in the output row, so each step reads a contiguous run of the input and gcc
     vectorises across columns; the reduce-innermost form gathers at the axis's stride.
     Each element is still reduced in order of the reduced index. None where that form
-    does not apply: the reduced axis is contiguous in some load (or no load is
-    contiguous along the last output axis), or the output is not float32/int32 (a
-    float16 accumulator in memory would round at every step)."""
+    does not apply: the reduced axis is contiguous in some load that the columns read
+    (a per-row weight `w[r]` is not such a load: masked mean pooling takes this form),
+    no load is contiguous along the last output axis, or the output is not
+    float32/int32 (a float16 accumulator in memory would round at every step)."""
     if node.dtype not in (DType.float32, DType.int32) or not outer or node.shape[-1] == 1:
         return None
     loads = _loads(value)
     reduced, last = _variable(reduce_index), _variable(outer[-1])
-    if any(_unit_stride(load.index, reduced) for load in loads):
+    # a load the columns do not read (a per-row weight) is read once per row
+    if any(_unit_stride(load.index, reduced) for load in loads if last in load.index.variables()):
         return None
     if not any(_unit_stride(load.index, last) for load in loads):
         return None

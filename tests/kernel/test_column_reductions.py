@@ -126,3 +126,27 @@ def test_bias_gradient_matches_torch() -> None:
     (torch.relu(torch.tensor(x) @ tw + tb) ** 2).sum().backward()
     np.testing.assert_allclose(grads[0], tw.grad.numpy(), rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(grads[1], tb.grad.numpy(), rtol=1e-4, atol=1e-3)
+
+
+def test_per_row_weights_keep_the_column_form() -> None:
+    """A weight read per reduced row, w[r] (contiguous along the reduced axis but not
+    read by the columns), does not stop the column form: int32, so no BLAS takes it."""
+    rng = np.random.default_rng(5)
+    data = rng.integers(-1000, 1000, (4, 30, 16)).astype(np.int32)
+    weights = rng.integers(-1000, 1000, 30).astype(np.int32)
+
+    def build(cx: lm.Graph) -> lm.GraphTensor:
+        x = cx.tensor((4, 30, 16), dtype=lm.int32).set(data)
+        w = cx.tensor((30,), dtype=lm.int32).set(weights)
+        return (x * w.reshape((1, 30, 1))).sum(1)
+
+    cx = lm.Graph()
+    build(cx).retrieve()
+    cx.compile(lm.GenericCompiler())
+    (kernel,) = [k.kernel for s in static_program(cx).segments for k in s.kernels]
+    loops = [(loop.kind, loop.var) for loop in _loops(kernel.body)]
+    assert loops == [("parallel", "i0_"), ("serial", "i1_"), ("serial", "r0_"), ("serial", "i1_")]
+    cx = lm.Graph()
+    (got,) = _run(cx, build(cx))
+    want = (data * weights.reshape(1, 30, 1)).sum(1, dtype=np.int32)
+    np.testing.assert_array_equal(got, want)
