@@ -18,8 +18,9 @@ and autograd see ordinary ops):
   runtime, which keeps kernels of unchanging read-only inputs (`backends/cpu/
   invariants.py`), computes it once;
 - alpha^2 products (Cout, Cin) @ (Cin, tiles), one per tile position: the FLOPs left;
-- the output transform, (Cout * tiles, alpha^2) @ kron(A^T, A^T)^T, then a view to NCHW
-  and a crop, which the next elementwise kernel (bias, activation) reads in place.
+- the output transform, (Cout * tiles, alpha^2) @ kron(A^T, A^T)^T (F(2x2): kron(A^T, A^T)
+  @ (alpha^2, Cout * tiles)), then a view to NCHW and a crop, which the next elementwise
+  kernel (bias, activation) reads in place.
 
 The transforms were also tried as sums of scaled views (the matrices are mostly 0 and
 +-1): joined with `concat` they render as nested conditionals, and as broadcast columns
@@ -198,10 +199,16 @@ def winograd_conv2d(
     u = _kron(graph, transforms.g, "winograd_G").matmul(g)
     u = u.reshape((alpha * alpha, out_channels, channels))
     m = u.matmul(v).reshape((alpha * alpha, out_channels * positions))
-    y = m.permute((1, 0)).matmul(_kron(graph, transforms.at, "winograd_AT").permute((1, 0)))
-    # (K, N, tiles_h, tiles_w, m, m) -> (N, K, tiles_h, m, tiles_w, m) -> NCHW
-    y = y.reshape((out_channels, n, tiles[0], tiles[1], tile, tile))
-    y = y.permute((1, 0, 2, 4, 3, 5)).reshape((n, out_channels, tiles[0] * tile, tiles[1] * tile))
+    at = _kron(graph, transforms.at, "winograd_AT")
+    if tile * tile >= 16:  # (K * tiles, alpha^2) @ (alpha^2, m^2): m^2 output columns
+        y = m.permute((1, 0)).matmul(at.permute((1, 0)))
+        # (K, N, tiles_h, tiles_w, m, m) -> (N, K, tiles_h, m, tiles_w, m) -> NCHW
+        y = y.reshape((out_channels, n, tiles[0], tiles[1], tile, tile)).permute((1, 0, 2, 4, 3, 5))
+    else:  # F(2x2): 4 columns would fill a quarter of sgemm's 16-wide panels (1.15 ->
+        # 0.36 ms on 7x7x512) so (m^2, alpha^2) @ (alpha^2, K * tiles) instead
+        y = at.matmul(m).reshape((tile, tile, out_channels, n, tiles[0], tiles[1]))
+        y = y.permute((3, 2, 4, 0, 5, 1))
+    y = y.reshape((n, out_channels, tiles[0] * tile, tiles[1] * tile))
     if [t * tile for t in tiles] != out_sizes:
         y = y.slice([None, None, (0, out_sizes[0]), (0, out_sizes[1])])
     return y
