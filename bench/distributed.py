@@ -12,8 +12,10 @@ of `--repeats` means over `--steps` steps, rank 0), samples/s of the global batc
 step spent in the gradient all-reduce (communication plus waiting for the slower rank;
 measured on rank 0 by timing the communicator). Then rank 0's CPU time per step by
 phase (compute and optimizer segments, the all-reduce's own work, waiting for the
-peer, the rest), steadier than wall time on a shared machine, with the speed-up in CPU
-time and without the waiting; then strong scaling where both b and 2b were measured.
+peer, the rest; "(ZeRO-1)" where each rank updates only its range of the parameters,
+which the ranks share: MPI on one machine), steadier than wall time on a shared
+machine, with the speed-up in CPU time and without the waiting; then strong scaling
+where both b and 2b were measured.
 Then bench/tensor_parallel.py's table: tensor-parallel decode time per token of a small
 Llama with 1 and 2 ranks (`--no-tensor-parallel` skips it).
 """
@@ -148,6 +150,7 @@ def measure(
                 "comm_share": clock.wall.get("comm", 0.0) / steps / seconds,
                 **{f"{k}_cpu": v / steps for k, v in clock.cpu.items()},
             }
+    best["sharded"] = step._shards is not None  # ZeRO-1: each rank updates 1/W of the params
     return best
 
 
@@ -237,7 +240,7 @@ def print_cpu_phases(rows: dict[tuple[str, int, int], dict], batches: list[int])
     names = ("compute", "optimizer", "reduce", "wait", "other", "total")
     print("\nCPU time per step on rank 0 (ms):")
     header = f"{'CPU speed-up':>14}{'w/o wait':>11}"
-    print(f"{'':<38}" + "".join(f"{n:>10}" for n in names) + header)
+    print(f"{'':<48}" + "".join(f"{n:>10}" for n in names) + header)
     for name in MODELS:
         for batch in batches:
             for ranks in (1, 2):
@@ -251,8 +254,9 @@ def print_cpu_phases(rows: dict[tuple[str, int, int], dict], batches: list[int])
                 ratio = "" if ranks == 1 else f"{2 * one / row['cpu']:.2f}x"
                 ratio += "" if ranks == 1 else f"{2 * one / busy:>10.2f}x"
                 label = f"{name} b{batch} {ranks} rank{'s' if ranks > 1 else ''}"
+                label += " (ZeRO-1)" if row.get("sharded") else ""
                 print(
-                    f"  {label:<36}"
+                    f"  {label:<46}"
                     + "".join(f"{v * 1e3:>10.3f}" for v in (*phases, row["cpu"]))
                     + f"{ratio:>25}"
                 )
