@@ -96,7 +96,7 @@ def _fused(
             ir.Const(found.scale, DType.float32),
         ),
     )
-    label = "sgemm" + "".join(f"_{kind}" for kind in fused)
+    label = "sgemm" + "".join(f"_{kind}" for kind in ("row", "col", "residual") if kind in fused)
     return replace(
         kernel,
         label=label + ("" if found.activation == "none" else f"_{found.activation}"),
