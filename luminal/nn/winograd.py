@@ -101,7 +101,7 @@ F2 = Transforms(
 # "auto" takes Winograd when both channel counts and the tiles per image reach these:
 # below them the transforms' memory traffic outweighs the saved products (ResNet-18's
 # convolutions at batch 8, 1 thread: 56x56x64 is 1.2x slower than im2col, 28x28x128
-# 0.8x, 14x14x256 0.7x, 7x7x512 with F(2x2) 0.86x; see docs/layers.md)
+# 0.8x, 14x14x256 0.7x, 7x7x512 with F(2x2) 0.8x; see docs/layers.md)
 MIN_CHANNELS = 128
 MIN_TILES = 16
 
