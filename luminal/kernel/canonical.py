@@ -70,9 +70,22 @@ LOCAL_NAME_FIELDS = {
 }
 
 
+def _operand_label(value: ir.Value) -> tuple[bool, str, str]:
+    label = next((getattr(value, f) for f in ("param", "name", "op") if hasattr(value, f)), "")
+    return isinstance(value, ir.Const), type(value).__name__, str(label)
+
+
 @functools.cache
 def _fields(cls: type) -> tuple[str, ...]:
     return tuple(field.name for field in dataclasses.fields(cls))
+
+
+@functools.cache
+def _is_node(cls: type) -> bool:
+    """Instances of `cls` are IR nodes (dataclasses): once per type, since
+    `dataclasses.is_dataclass` on an enum member (a dtype) goes through the enum's slow
+    `__getattr__`, for every node visited."""
+    return dataclasses.is_dataclass(cls)
 
 
 class _Unknown(Exception):
@@ -127,7 +140,7 @@ def _names(body: tuple[ir.Stmt, ...]) -> tuple[list[str], set[str]]:
         if isinstance(node, Expr):
             taken.update(loop_name(v) for v in node.variables() if is_loop_index(v))
             return
-        if not dataclasses.is_dataclass(node) or id(node) in seen:
+        if not _is_node(type(node)) or id(node) in seen:
             return
         seen.add(id(node))
         if type(node) not in KNOWN:
@@ -166,7 +179,7 @@ class _Rewriter:
         if isinstance(node, tuple):
             items = tuple(self.rewrite(item) for item in node)
             return node if all(a is b for a, b in zip(items, node, strict=True)) else items
-        if isinstance(node, Expr) or not dataclasses.is_dataclass(node):
+        if isinstance(node, Expr) or not _is_node(type(node)):
             return node
         done = self.done.get(id(node))
         if done is None:
@@ -184,18 +197,20 @@ class _Rewriter:
         if name_field is not None and getattr(node, name_field) in self.mapping:
             changes[name_field] = self.mapping[getattr(node, name_field)]
         if isinstance(node, ir.Alu) and node.op in COMMUTATIVE and len(node.args) == 2:
-            args = changes.get("args", node.args)
-            ordered = tuple(sorted(args, key=self.operand_key))
-            if any(a is not b for a, b in zip(ordered, args, strict=True)):
-                changes["args"] = ordered
+            first, second = changes.get("args", node.args)
+            if self.goes_after(first, second):
+                changes["args"] = (second, first)
         return dataclasses.replace(node, **changes) if changes else node
 
-    def operand_key(self, value: ir.Value) -> tuple[bool, str, str, bytes]:
-        """Constants last (`x * -1.0f`, as lowering mostly writes it), then by kind
-        (`Alu` < `Cast` < `Load` < ... < `Var`), by what names the operand (a load's
-        buffer, a local's name, an ALU op), then by a digest of its content."""
-        label = next((getattr(value, f) for f in ("param", "name", "op") if hasattr(value, f)), "")
-        return isinstance(value, ir.Const), type(value).__name__, str(label), self.digest(value)
+    def goes_after(self, first: ir.Value, second: ir.Value) -> bool:
+        """Operand order: constants last (`x * -1.0f`, as lowering mostly writes it),
+        then by kind (`Alu` < `Cast` < `Load` < ... < `Var`), by what names the operand
+        (a load's buffer, a local's name, an ALU op), then by a digest of its content,
+        computed only for operands alike in all the rest (most pairs are not)."""
+        a, b = _operand_label(first), _operand_label(second)
+        if a == b:
+            return self.digest(first) > self.digest(second)
+        return a > b
 
     def digest(self, node: Any) -> bytes:
         """A content digest of a (rewritten) node, the same in every process (Python's
@@ -207,12 +222,12 @@ class _Rewriter:
         if isinstance(node, tuple):
             for item in node:
                 hasher.update(self.digest(item))
-        elif dataclasses.is_dataclass(node) and not isinstance(node, type):
+        elif _is_node(type(node)):
             for name in _fields(type(node)):
                 hasher.update(self.digest(getattr(node, name)))
         else:
             hasher.update(str(node).encode())
         digest = hasher.digest()
-        if dataclasses.is_dataclass(node):  # alive as long as the kernel: ids stay theirs
+        if _is_node(type(node)):  # alive as long as the kernel: ids stay theirs
             self.digests[id(node)] = digest
         return digest
