@@ -183,6 +183,8 @@ def test_winograd_where_it_cannot_apply_is_an_error(kwargs, message):
         conv(x, cx.tensor((4, 4, 3, 3)), algorithm="fft")
     with pytest.raises(lm.LuminalError, match="algorithm"):
         lm.nn.Conv1d(cx, 4, 4, 3, algorithm="direct")
+    assert "algorithm='winograd'" in repr(lm.nn.Conv2d(cx, 4, 4, 3, algorithm="winograd"))
+    assert "algorithm" not in repr(lm.nn.Conv2d(cx, 4, 4, 3))
 
 
 @pytest.mark.parametrize("size, transforms, bound", [(14, F4, 5e-6), (7, F2, 1e-6)])
