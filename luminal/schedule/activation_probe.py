@@ -20,6 +20,7 @@ from luminal.graph import Graph
 from luminal.hl.unary import ERF_DENOMINATOR, ERF_NUMERATOR, ERF_SATURATION, SQRT_HALF
 from luminal.reference.kernels import KERNELS, KernelContext
 from luminal.reference.views import read_view
+from luminal.shape.expr import Expr
 
 MAX_PROBE = 1 << 16  # elements evaluated at most (symbolic dims probed at 1)
 MIN_PROBE = 256  # fewer sample values would not cover the branches
@@ -123,8 +124,10 @@ def _evaluate(
         node = graph.nodes[node_id]
         if node_id not in computed and not isinstance(node.op, ops.Constant):
             return None  # a buffer: not a function of `value` alone
-        if isinstance(node.op, ops.Input | ops.Contract | ops.Gather | ops.Scatter):
-            return None
+        if isinstance(node.op, ops.Input | ops.Contract | ops.Gather | ops.Scatter | ops.Iota):
+            return None  # not elementwise in `value`, or varying with the position
+        if isinstance(node.op, ops.Constant) and isinstance(node.op.value, Expr):
+            return None  # a function of the dims, which are probed at 1 only
         kernel = KERNELS.get(type(node.op))
         if kernel is None:
             return None

@@ -101,3 +101,35 @@ def test_linear_bias_gelu_in_both_forms(rng) -> None:  # noqa: ANN001
         got, labels = _compiled(cx, gelu(value))
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5, err_msg=name)
         assert labels == ["sgemm_col_gelu"], name
+
+
+def test_decoder_linear_on_the_few_rows_path(rng) -> None:  # noqa: ANN001
+    """torch's Linear (W as (out, in)) with symbolic rows calls lm_sgemm_rows: its fused
+    variant applies the bias and ReLU after the streamed dots (1 and 3 rows) and through
+    lm_sgemm_ep for more rows."""
+    w = rng.uniform(-1, 1, (320, 64)).astype(np.float32)
+    b = rng.uniform(-1, 1, 320).astype(np.float32)
+    cx = lm.Graph()
+    xt = cx.tensor(("rows", 64)).set(rng.uniform(-1, 1, (2, 64)).astype(np.float32))
+    out = (xt @ cx.tensor(w.shape).set(w).transpose(0, 1) + cx.tensor(b.shape).set(b)).relu()
+    out.retrieve()
+    cx.compile(lm.CPUCompiler())
+    (kernel,) = [k for s in cx.compiled.segments for k in s.kernels]
+    assert "lm_sgemm_rows_ep(" in kernel.source
+    for rows in (1, 3, 37):
+        x = rng.uniform(-1, 1, (rows, 64)).astype(np.float32)
+        xt.set(x)
+        cx.execute()
+        np.testing.assert_allclose(out.numpy(), np.maximum(x @ w.T + b, 0), rtol=1e-4, atol=1e-4)
+
+
+def test_an_activation_near_gelu_is_not_taken_for_it(rng) -> None:  # noqa: ANN001
+    """GELU's tanh approximation differs from GELU-erf by up to ~1e-3: the probe must
+    not fuse it as GELU-erf (its reader keeps its own kernel, values as torch's)."""
+    x, w, b = (rng.uniform(-2, 2, s).astype(np.float32) for s in ((24, 64), (64, 80), (80,)))
+    cx = lm.Graph()
+    value = cx.tensor(x.shape).set(x) @ cx.tensor(w.shape).set(w) + cx.tensor(b.shape).set(b)
+    got, labels = _compiled(cx, value.gelu(approximate="tanh"))
+    expected = torch.nn.functional.gelu(torch.from_numpy(x @ w + b), approximate="tanh")
+    np.testing.assert_allclose(got, expected.numpy(), rtol=1e-5, atol=1e-5)
+    assert not any("gelu" in label for label in labels), labels

@@ -655,6 +655,18 @@ static const lm_ep* lm_epilogue(lm_ep* ep, const float* row_bias, const float* c
     return row_bias || col_bias || residual || act != LM_ACT_NONE || scale != 1.0f ? ep : 0;
 }
 
+/* the epilogue (see lm_ep) over a C another routine computed: gemv.c's few-row products */
+void lm_sgemm_finish(long long m, long long n, float* c, long long ldc, long long width,
+                     long long stride, const float* row_bias, const float* col_bias,
+                     const float* residual, int act, float scale)
+{
+    if (width <= 0 || width > n) width = n;
+    lm_ep fused;
+    const lm_out out = {c, ldc, width, stride,
+                        lm_epilogue(&fused, row_bias, col_bias, residual, act, scale)};
+    lm_finish_all(&out, m, n);
+}
+
 /* lm_sgemm whose stored values get an epilogue (see lm_ep): its consumer (bias,
    residual, activation) computed while the product's tiles are still in registers */
 void lm_sgemm_ep(int ta, int tb, long long m, long long n, long long k, const float* a,

@@ -17,6 +17,11 @@
 
 void lm_sgemm(int, int, long long, long long, long long, const float*, long long, const float*,
               long long, float*, long long, long long, long long);
+void lm_sgemm_ep(int, int, long long, long long, long long, const float*, long long,
+                 const float*, long long, float*, long long, long long, long long, const float*,
+                 const float*, const float*, int, float);
+void lm_sgemm_finish(long long, long long, float*, long long, long long, long long,
+                     const float*, const float*, const float*, int, float);
 
 #if defined(__AVX512F__)
 #define LM_GV_VW 16
@@ -109,4 +114,22 @@ void lm_sgemm_rows(int ta, int tb, long long m, long long n, long long k, const 
         return;
     }
     lm_sgemm(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, width, stride);
+}
+
+/* lm_sgemm_rows with lm_sgemm_ep's epilogue (bias, residual, activation: a linear layer's
+   reader fused into its product); on the few-row path applied to C once the dots are
+   done (C is a few rows, still in cache) */
+void lm_sgemm_rows_ep(int ta, int tb, long long m, long long n, long long k, const float* a,
+                      long long lda, const float* b, long long ldb, float* c, long long ldc,
+                      long long width, long long stride, const float* row_bias,
+                      const float* col_bias, const float* residual, int act, float scale)
+{
+    if (ta == LM_GV_NO_TRANS && tb == LM_GV_TRANS && m > 0 && m <= LM_GEMV_ROWS && k > 0 &&
+        n > 0 && (width <= 0 || width >= n)) {
+        lm_gemv(m, n, k, a, lda, b, ldb, c, ldc);
+        lm_sgemm_finish(m, n, c, ldc, width, stride, row_bias, col_bias, residual, act, scale);
+        return;
+    }
+    lm_sgemm_ep(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, width, stride, row_bias, col_bias,
+                residual, act, scale);
 }

@@ -19,6 +19,12 @@ PROTOTYPE = (
     "void lm_sgemm_rows(int, int, long long, long long, long long, const float*, long long, "
     "const float*, long long, float*, long long, long long, long long);\n"
 )
+# its variant with a fused reader (`sgemm_epilogue.py`): lm_sgemm_ep's epilogue arguments
+EPILOGUE_PROTOTYPE = (
+    "void lm_sgemm_rows_ep(int, int, long long, long long, long long, const float*, "
+    "long long, const float*, long long, float*, long long, long long, long long, "
+    "const float*, const float*, const float*, int, float);"
+)
 MAX_ROWS = 4  # LM_GEMV_ROWS of gemv.c
 NO_TRANS, TRANS = 111, 112
 

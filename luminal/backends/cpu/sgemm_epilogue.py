@@ -16,6 +16,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
 from luminal import ops
+from luminal.backends.cpu import gemv
 from luminal.backends.cpu.codegen import KernelSource, kernel_source
 from luminal.backends.cpu.gemm import EPILOGUE_PROTOTYPE
 from luminal.dtype import DType
@@ -25,7 +26,11 @@ from luminal.schedule.epilogue import ConsumerSum, match_consumer
 from luminal.shape.expr import ONE, Expr, sym
 from luminal.shape.tracker import contiguous_strides
 
-ENTRIES = {"lm_sgemm": "lm_sgemm_ep", "lm_sgemm_gather": "lm_sgemm_gather_ep"}
+ENTRIES = {
+    "lm_sgemm": "lm_sgemm_ep",
+    "lm_sgemm_gather": "lm_sgemm_gather_ep",
+    gemv.NAME: "lm_sgemm_rows_ep",
+}
 ACTIVATIONS = {"none": 0, "relu": 1, "gelu": 2}  # LM_ACT_* of gemm.c
 NULL = sym(0)
 
@@ -67,7 +72,7 @@ def _fused(
     if len(calls) != 1 or calls[0].function not in ENTRIES:
         return None
     call = calls[0]
-    first = 2 if call.function == "lm_sgemm" else 1
+    first = 1 if call.function == "lm_sgemm_gather" else 2
     sizes = (call.args[first], call.args[first + 1], *call.args[-3:])
     pointer = call.args[-4]
     if not isinstance(pointer, ir.Pointer) or pointer.param != 0:
@@ -103,7 +108,8 @@ def _fused(
         params=tuple(params),
         body=_replaced(kernel.body, call, fused_call),
         nodes=tuple(sorted({*kernel.nodes, *consumer_nodes})),
-        prelude=f"{kernel.prelude}\n{EPILOGUE_PROTOTYPE}",
+        prelude=f"{kernel.prelude}\n{EPILOGUE_PROTOTYPE}"
+        + (f"\n{gemv.EPILOGUE_PROTOTYPE}" if call.function == gemv.NAME else ""),
     )
 
 
