@@ -106,6 +106,7 @@ class CPUCompiler:
         else:
             compiled = static_program(graph, rewrites)
         compiled.build()
+        toolchain.wait_early()  # units lowering started that the library did not link
         if reference is not None:  # installed only once checked: Graph.compile restores
             with numpy_blas_on_one_thread():
                 verify_against_reference(graph, compiled, reference, self.rtol, self.atol)

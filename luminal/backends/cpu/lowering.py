@@ -7,8 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from luminal import ops
+from luminal.backends.cpu import toolchain
 from luminal.backends.cpu.blas import blas_contract_kernel
-from luminal.backends.cpu.codegen import RENDERER, KernelSource, kernel_source
+from luminal.backends.cpu.codegen import PRELUDE, RENDERER, KernelSource, kernel_source
 from luminal.backends.cpu.runtime import CompiledGraph, Segment
 from luminal.backends.cpu.sgemm_epilogue import fuse_epilogues
 from luminal.compiler.attention import fuse_attention
@@ -50,10 +51,13 @@ class Lowering:
         return {head: kernel.nodes for head, kernel in self.kernels.items()}
 
 
-def lower_kernels(graph: Graph, renderer: CRenderer = RENDERER, blas: bool = True) -> Lowering:
+def lower_kernels(
+    graph: Graph, renderer: CRenderer = RENDERER, blas: bool = True, compile_early: bool = False
+) -> Lowering:
     """The static (mode="fast") kernel for every materialised node, rendered by
     `renderer`; `blas=False` lowers every contraction to loops (a backend without sgemm).
-    Attention is fused first (`compiler/attention.py`), so its scores never get a buffer."""
+    Attention is fused first (`compiler/attention.py`), so its scores never get a buffer.
+    `compile_early`: gcc starts on each kernel as it is rendered (`toolchain.compile_early`)."""
     fuse_attention(graph)
     plan = plan_fusion(graph)
     materialised = set(plan.materialised) | set(plan.inputs)
@@ -65,6 +69,8 @@ def lower_kernels(graph: Graph, renderer: CRenderer = RENDERER, blas: bool = Tru
         except NotRowLocal:
             continue
         kernels[head] = kernel_source(kernel, renderer)
+        if compile_early:
+            toolchain.compile_early(kernels[head].name, PRELUDE + kernels[head].source)
         materialised -= set(absorbed)
     order = [n for n in plan.materialised if n in materialised]
     for node_id in order:
@@ -77,6 +83,8 @@ def lower_kernels(graph: Graph, renderer: CRenderer = RENDERER, blas: bool = Tru
                 kernels[node_id] = sgemm
                 continue
         kernels[node_id] = kernel_source(_kernel(graph, node, materialised, dims), renderer)
+        if compile_early:
+            toolchain.compile_early(kernels[node_id].name, PRELUDE + kernels[node_id].source)
     return Lowering(graph, list(plan.inputs), order, kernels, materialised, dims)
 
 
@@ -129,4 +137,4 @@ def assemble(lowering: Lowering) -> CompiledGraph:
 
 def lower(graph: Graph) -> CompiledGraph:
     """Kernels for every materialised node, grouped into segments at Python functions."""
-    return assemble(lower_kernels(graph))
+    return assemble(lower_kernels(graph, compile_early=True))

@@ -145,6 +145,8 @@ _stats: dict[str, float] = {}
 _path_locks: dict[str, threading.Lock] = {}
 _prepared: set[str] = set()
 _support_started: set[str] = set()  # cache folders whose support units were started
+_early_started: set[tuple[str, str]] = set()  # (cache folder, object key) of compile_early
+_early_threads: list[threading.Thread] = []  # compile_early's, until wait_early
 _loaded: dict[str, ctypes.CDLL] = {}
 
 
@@ -467,6 +469,48 @@ def start_support_units() -> None:
                 target=_try_compile, args=(unit, directory), name=unit.name, daemon=True
             )
             thread.start()
+
+
+def compile_early(name: str, source: str) -> None:
+    """Start compiling one unit on a background thread when the cache lacks it (at most
+    one such gcc per core at a time). Lowering calls this as it renders each kernel, so
+    gcc works on the first kernels while Python lowers the next ones (MiniLM: 0.67 s of
+    lowering, then ~1 s of gcc on its kernels); `build_shared` then finds them built, or
+    waits on their lock. A unit nobody links is only a cache entry; a failure is left to
+    `build_shared`, which compiles the unit again and reports it."""
+    directory = cache_dir()
+    unit = _units([(name, source)])[0]
+    with _lock:
+        if (os.fspath(directory), unit.key) in _early_started:
+            return
+        _early_started.add((os.fspath(directory), unit.key))
+    _prepare(directory)
+    if not _cached(directory / f"{unit.key}.o", unit.key):
+        thread = threading.Thread(
+            target=_compile_early, args=(unit, directory), name=unit.name, daemon=True
+        )
+        with _lock:
+            _early_threads.append(thread)
+        thread.start()
+
+
+def wait_early() -> None:
+    """Wait for the units `compile_early` started, linked or not (a kernel lowering
+    rendered that a later step absorbed): a compile then leaves no gcc running behind
+    it, and this process's statistics stop changing."""
+    with _lock:
+        threads = list(_early_threads)
+        _early_threads.clear()
+    for thread in threads:
+        thread.join()
+
+
+_early_slots = threading.BoundedSemaphore(_cpu_count())
+
+
+def _compile_early(unit: _Unit, directory: Path) -> None:
+    with _early_slots:
+        _try_compile(unit, directory)
 
 
 def _try_compile(unit: _Unit, directory: Path) -> None:

@@ -1,0 +1,66 @@
+"""Kernel units compile while lowering renders the next ones (`toolchain.compile_early`):
+the library build then finds them built, and a unit that fails early is compiled again
+and reported by the build."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import luminal as lm
+from luminal.backends.cpu import toolchain
+
+SOURCE = "int lm_early_probe(int x) { return x + 1; }\n"
+
+
+def _join(name: str) -> None:
+    for thread in threading.enumerate():
+        if thread.name == name:
+            thread.join(timeout=300)
+
+
+def test_a_unit_compiled_early_is_not_compiled_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
+    toolchain.compile_early("lm_early_probe", SOURCE)
+    toolchain.compile_early("lm_early_probe", SOURCE)  # once per cache and source
+    assert sum(t.name == "lm_early_probe" for t in threading.enumerate()) <= 1
+    _join("lm_early_probe")
+    unit = toolchain._units([("lm_early_probe", SOURCE)])[0]
+    assert toolchain._cached(toolchain.cache_dir() / f"{unit.key}.o", unit.key)
+    toolchain.reset_stats()
+    library = toolchain.load(toolchain.build_shared([("lm_early_probe", SOURCE)]))
+    assert library.lm_early_probe(41) == 42
+    assert toolchain.stats().objects_compiled == 0
+
+
+def test_a_unit_that_fails_early_is_reported_by_the_build(tmp_path, monkeypatch):
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
+    raised: list[BaseException] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: raised.append(args.exc_value))
+    toolchain.compile_early("lm_early_broken", "int lm_early_broken( {\n")
+    _join("lm_early_broken")
+    assert not raised  # the background thread does not raise: the build reports it
+    with pytest.raises(lm.CompileError, match="lm_early_broken"):
+        toolchain.build_shared([("lm_early_broken", "int lm_early_broken( {\n")])
+
+
+def test_lowering_starts_each_kernel_as_it_is_rendered(tmp_path, monkeypatch):
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
+    started: list[str] = []
+    early = toolchain.compile_early
+    monkeypatch.setattr(
+        toolchain, "compile_early", lambda name, source: (started.append(name), early(name, source))
+    )
+    rng = np.random.default_rng(0)
+    cx = lm.Graph()
+    x = rng.standard_normal((8, 16)).astype(np.float32)
+    out = (cx.tensor((8, 16)).set(x).exp().sum(-1) * 2).retrieve()
+    compiled = cx.compile(lm.CPUCompiler(cache=tmp_path))
+    cx.execute()
+    np.testing.assert_allclose(out.numpy(), np.exp(x).sum(-1) * 2, rtol=1e-5)
+    kernels = {k.name for s in compiled.segments for k in s.kernels}
+    assert kernels and kernels <= set(started)
+    # the compile waited for all of them, linked or not: no gcc outlives it
+    assert not any(t.name in started and t.is_alive() for t in threading.enumerate())
