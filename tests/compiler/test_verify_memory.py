@@ -65,8 +65,8 @@ def _skip_every_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every generated kernel returns at once: a wrong program that still builds."""
     lower_kernels = lowering.lower_kernels
 
-    def wrong(graph: lm.Graph) -> lowering.Lowering:
-        result = lower_kernels(graph)
+    def wrong(graph: lm.Graph, **options: bool) -> lowering.Lowering:
+        result = lower_kernels(graph, **options)
         for node_id, kernel in result.kernels.items():
             head = kernel.source.index(f"void {kernel.name}(")
             body = kernel.source.index("{\n", head) + 2
