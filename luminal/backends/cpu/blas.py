@@ -57,6 +57,9 @@ def _prelude(rows_path: bool = False) -> str:
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 FLIP = {NO_TRANS: TRANS, TRANS: NO_TRANS}
+# a batch of at least this many in-place products runs them one per thread in one OpenMP
+# region (see `_batch_kind`)
+PARALLEL_BATCH = 8
 
 
 @dataclass
@@ -227,8 +230,10 @@ def sgemm_kernel(
             reports_alloc=True,
         )  # fmt: skip
     body: tuple[ir.Stmt, ...] = (call,)
+    kind = _batch_kind(shape, axes.batch, bool(packing.scratch) or gather is not None)
     for i, d in reversed(list(zip(index, axes.batch, strict=True))):
-        body = (ir.Loop(_name(i), shape[d], "serial", body),)
+        work = shape[d] * m * n * k if kind == "parallel" else None  # multiply-adds
+        body = (ir.Loop(_name(i), shape[d], kind, body, work),)
     computed = tuple(sorted({*w.nodes, node.id, *([gather[0].copy] if gather else [])}))
     return ir.Kernel(
         "sgemm",
@@ -290,6 +295,18 @@ def _column_blocks(
         if outer is not None and inner is not None and inner[1] == 1:
             return (outer[0] * inner[0], ONE), inner[0], outer[1]
     return None, None, ZERO
+
+
+def _batch_kind(shape: Sequence[Expr], batch: Sequence[int], shared: bool) -> ir.LoopKind:
+    """The batch loop's kind: parallel for one batch axis of at least PARALLEL_BATCH
+    products read in place (no scratch or gather buffer the products would share), else
+    serial. Each thread then runs whole products (lm_sgemm's own region is inactive
+    inside), so Winograd's 16 or 36 products fork and join once instead of once each (at
+    2 threads under load a descheduled thread stalls every join: docs/layers.md)."""
+    if shared or len(batch) != 1:
+        return "serial"
+    extent = shape[batch[0]].as_int()
+    return "parallel" if extent is not None and extent >= PARALLEL_BATCH else "serial"
 
 
 def _name(index: Expr) -> str:
