@@ -90,6 +90,47 @@ class TinyDecoder(torch.nn.Module):
         return self.head(hidden)
 
 
+class BasicBlock(torch.nn.Module):
+    """ResNet's two 3x3 convolutions with BatchNorm and the identity (or strided 1x1)
+    shortcut added before the last ReLU."""
+
+    def __init__(self, channels: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(channels, channels, 3, stride, 1, bias=False)
+        self.bn1 = torch.nn.BatchNorm2d(channels)
+        self.conv2 = torch.nn.Conv2d(channels, channels, 3, 1, 1, bias=False)
+        self.bn2 = torch.nn.BatchNorm2d(channels)
+        self.shortcut = torch.nn.Identity()
+        if stride != 1:
+            self.shortcut = torch.nn.Sequential(
+                torch.nn.Conv2d(channels, channels, 1, stride, bias=False),
+                torch.nn.BatchNorm2d(channels),
+            )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.bn1(self.conv1(x)))
+        return torch.relu(self.bn2(self.conv2(y)) + self.shortcut(x))
+
+
+class TinyResNet(torch.nn.Module):
+    """ResNet-18's structure at 128 channels on 32x32 images: the 16x16 block's 3x3
+    convolutions take Winograd F(4x4) under algorithm='auto', the 8x8 one's F(2x2), the
+    strided ones im2col (luminal/nn/winograd.py's rule)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 128, 3, 2, 1, bias=False),
+            torch.nn.BatchNorm2d(128),
+            torch.nn.ReLU(),
+        )
+        self.blocks = torch.nn.Sequential(BasicBlock(128, 1), BasicBlock(128, 2))
+        self.head = torch.nn.Linear(128, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.blocks(self.stem(x)).mean((2, 3)))
+
+
 def _seeded_bn(model: torch.nn.Module) -> torch.nn.Module:
     """Non-trivial running statistics, so BatchNorm is really tested."""
     generator = torch.Generator().manual_seed(1)
@@ -117,6 +158,19 @@ def test_cnn_with_batchnorm(compiled: bool) -> None:
     model = _seeded_bn(SmallCNN())
     x = np.random.default_rng(0).standard_normal((2, 3, 16, 16)).astype(np.float32)
     onnx_model = export_onnx(model, (torch.from_numpy(x),), ["images"], {})
+    check(onnx_model, {"images": x}, compiled)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["reference", "compiled"])
+def test_resnet_blocks(compiled: bool) -> None:
+    torch.manual_seed(0)
+    model = _seeded_bn(TinyResNet()).eval()
+    x = np.random.default_rng(0).standard_normal((2, 3, 32, 32)).astype(np.float32)
+    onnx_model = export_onnx(model, (torch.from_numpy(x),), ["images"], {})
+    cx = lm.Graph()
+    lm.onnx.load(onnx_model, cx)
+    transforms = [n for n in cx.nodes.values() if getattr(n.op, "label", None) == "winograd_BT"]
+    assert len(transforms) == 3  # the three stride-1 3x3 convolutions of 128 channels
     check(onnx_model, {"images": x}, compiled)
 
 
