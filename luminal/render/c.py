@@ -15,6 +15,7 @@ from collections.abc import Callable
 from luminal.dtype import DType
 from luminal.errors import CompileError
 from luminal.kernel import ir
+from luminal.kernel.cse import share_common
 from luminal.kernel.indexing import is_loop_index, loop_name
 from luminal.shape.expr import Expr, var
 
@@ -122,7 +123,9 @@ class CRenderer:
     # ------------------------------------------------------------------ kernel
     def render(self, kernel: ir.Kernel) -> tuple[str, str]:
         """(symbol name, source) of `kernel`: the name is `lm_<label>_<hash of source>`,
-        so identical kernels share one compiled object."""
+        so identical kernels share one compiled object. Values a statement reads more
+        than once are computed once into `const` locals first (`kernel/cse.py`)."""
+        kernel = share_common(kernel)
         placeholder = "KERNEL_NAME"
         body = "\n".join(self.statements(kernel.body, 1))
         source = (

@@ -37,7 +37,8 @@ void lm_add_<hash>(float* restrict b0, const float* restrict b1, const long long
     for (long long i0_ = 0; i0_ < 2; i0_++) {
         for (long long i1_ = 0; i1_ < 36; i1_++) {
             for (long long i2_ = 0; i2_ < 4; i2_++) {
-                b0[(144*i0_ + 4*i1_ + i2_)] = (b1[(144*i0_ + 4*i1_ + i2_)] + b1[(144*i0_ + 4*i1_ + i2_)]);
+                const float c1 = b1[(144*i0_ + 4*i1_ + i2_)];
+                b0[(144*i0_ + 4*i1_ + i2_)] = (c1 + c1);
             }
         }
     }

@@ -8,7 +8,17 @@ void lm_mod_add_cast_recip_<hash>(int* restrict b0, const int* restrict b1, cons
     #pragma omp parallel for if((32) > 16384)
     for (long long i0_ = 0; i0_ < 4; i0_++) {
         for (long long j0_ = 0; j0_ < 8; j0_++) {
-            b0[(8*i0_ + j0_)] = lm_imul(lm_iadd(lm_iadd(lm_iadd(lm_imul((1024), (-1)), lm_float_to_int((((1.0f / ((float)(lm_iadd(lm_iadd(lm_imul(lm_iadd(((b1[(8*i0_ + j0_)] < (0)) ? 1 : 0), (((0) < b1[(8*i0_ + j0_)]) ? 1 : 0)), (-1)), (1)), b1[(8*i0_ + j0_)])))) * ((float)(lm_iadd(lm_imul(lm_imul(lm_iadd(lm_iadd(lm_imul(lm_iadd(((b1[(8*i0_ + j0_)] < (0)) ? 1 : 0), (((0) < b1[(8*i0_ + j0_)]) ? 1 : 0)), (-1)), (1)), b1[(8*i0_ + j0_)]), lm_float_to_int(((1.0f / ((float)(lm_iadd(lm_iadd(lm_imul(lm_iadd(((b1[(8*i0_ + j0_)] < (0)) ? 1 : 0), (((0) < b1[(8*i0_ + j0_)]) ? 1 : 0)), (-1)), (1)), b1[(8*i0_ + j0_)])))) * ((float)(b2[(8*i0_ + j0_)]))))), (-1)), b2[(8*i0_ + j0_)])))) + 1024.5f))), lm_float_to_int(((1.0f / ((float)(lm_iadd(lm_iadd(lm_imul(lm_iadd(((b1[(8*i0_ + j0_)] < (0)) ? 1 : 0), (((0) < b1[(8*i0_ + j0_)]) ? 1 : 0)), (-1)), (1)), b1[(8*i0_ + j0_)])))) * ((float)(b2[(8*i0_ + j0_)]))))), lm_imul(lm_iadd(((lm_imod_floor(b2[(8*i0_ + j0_)], lm_iadd(lm_iadd(lm_imul(lm_iadd(((b1[(8*i0_ + j0_)] < (0)) ? 1 : 0), (((0) < b1[(8*i0_ + j0_)]) ? 1 : 0)), (-1)), (1)), b1[(8*i0_ + j0_)])) < lm_iadd(lm_iadd(lm_imul(lm_imul(lm_iadd(lm_iadd(lm_imul(lm_iadd(((b1[(8*i0_ + j0_)] < (0)) ? 1 : 0), (((0) < b1[(8*i0_ + j0_)]) ? 1 : 0)), (-1)), (1)), b1[(8*i0_ + j0_)]), lm_float_to_int(((1.0f / ((float)(lm_iadd(lm_iadd(lm_imul(lm_iadd(((b1[(8*i0_ + j0_)] < (0)) ? 1 : 0), (((0) < b1[(8*i0_ + j0_)]) ? 1 : 0)), (-1)), (1)), b1[(8*i0_ + j0_)])))) * ((float)(b2[(8*i0_ + j0_)]))))), (-1)), b2[(8*i0_ + j0_)]), lm_imul(lm_imul(lm_iadd(lm_imul((1024), (-1)), lm_float_to_int((((1.0f / ((float)(lm_iadd(lm_iadd(lm_imul(lm_iadd(((b1[(8*i0_ + j0_)] < (0)) ? 1 : 0), (((0) < b1[(8*i0_ + j0_)]) ? 1 : 0)), (-1)), (1)), b1[(8*i0_ + j0_)])))) * ((float)(lm_iadd(lm_imul(lm_imul(lm_iadd(lm_iadd(lm_imul(lm_iadd(((b1[(8*i0_ + j0_)] < (0)) ? 1 : 0), (((0) < b1[(8*i0_ + j0_)]) ? 1 : 0)), (-1)), (1)), b1[(8*i0_ + j0_)]), lm_float_to_int(((1.0f / ((float)(lm_iadd(lm_iadd(lm_imul(lm_iadd(((b1[(8*i0_ + j0_)] < (0)) ? 1 : 0), (((0) < b1[(8*i0_ + j0_)]) ? 1 : 0)), (-1)), (1)), b1[(8*i0_ + j0_)])))) * ((float)(b2[(8*i0_ + j0_)]))))), (-1)), b2[(8*i0_ + j0_)])))) + 1024.5f))), lm_iadd(lm_iadd(lm_imul(lm_iadd(((b1[(8*i0_ + j0_)] < (0)) ? 1 : 0), (((0) < b1[(8*i0_ + j0_)]) ? 1 : 0)), (-1)), (1)), b1[(8*i0_ + j0_)])), (-1)))) ? 1 : 0), ((lm_iadd(lm_iadd(lm_imul(lm_imul(lm_iadd(lm_iadd(lm_imul(lm_iadd(((b1[(8*i0_ + j0_)] < (0)) ? 1 : 0), (((0) < b1[(8*i0_ + j0_)]) ? 1 : 0)), (-1)), (1)), b1[(8*i0_ + j0_)]), lm_float_to_int(((1.0f / ((float)(lm_iadd(lm_iadd(lm_imul(lm_iadd(((b1[(8*i0_ + j0_)] < (0)) ? 1 : 0), (((0) < b1[(8*i0_ + j0_)]) ? 1 : 0)), (-1)), (1)), b1[(8*i0_ + j0_)])))) * ((float)(b2[(8*i0_ + j0_)]))))), (-1)), b2[(8*i0_ + j0_)]), lm_imul(lm_imul(lm_iadd(lm_imul((1024), (-1)), lm_float_to_int((((1.0f / ((float)(lm_iadd(lm_iadd(lm_imul(lm_iadd(((b1[(8*i0_ + j0_)] < (0)) ? 1 : 0), (((0) < b1[(8*i0_ + j0_)]) ? 1 : 0)), (-1)), (1)), b1[(8*i0_ + j0_)])))) * ((float)(lm_iadd(lm_imul(lm_imul(lm_iadd(lm_iadd(lm_imul(lm_iadd(((b1[(8*i0_ + j0_)] < (0)) ? 1 : 0), (((0) < b1[(8*i0_ + j0_)]) ? 1 : 0)), (-1)), (1)), b1[(8*i0_ + j0_)]), lm_float_to_int(((1.0f / ((float)(lm_iadd(lm_iadd(lm_imul(lm_iadd(((b1[(8*i0_ + j0_)] < (0)) ? 1 : 0), (((0) < b1[(8*i0_ + j0_)]) ? 1 : 0)), (-1)), (1)), b1[(8*i0_ + j0_)])))) * ((float)(b2[(8*i0_ + j0_)]))))), (-1)), b2[(8*i0_ + j0_)])))) + 1024.5f))), lm_iadd(lm_iadd(lm_imul(lm_iadd(((b1[(8*i0_ + j0_)] < (0)) ? 1 : 0), (((0) < b1[(8*i0_ + j0_)]) ? 1 : 0)), (-1)), (1)), b1[(8*i0_ + j0_)])), (-1))) < lm_imod_floor(b2[(8*i0_ + j0_)], lm_iadd(lm_iadd(lm_imul(lm_iadd(((b1[(8*i0_ + j0_)] < (0)) ? 1 : 0), (((0) < b1[(8*i0_ + j0_)]) ? 1 : 0)), (-1)), (1)), b1[(8*i0_ + j0_)]))) ? 1 : 0)), (-1))), lm_iadd(lm_imul(lm_iadd(lm_imul(lm_iadd(((b1[(8*i0_ + j0_)] < (0)) ? 1 : 0), (((0) < b1[(8*i0_ + j0_)]) ? 1 : 0)), (-1)), (1)), (-1)), (1)));
+            const int c1 = b1[(8*i0_ + j0_)];
+            const int c2 = lm_iadd(lm_imul(lm_iadd(((c1 < (0)) ? 1 : 0), (((0) < c1) ? 1 : 0)), (-1)), (1));
+            const int c3 = lm_iadd(c2, c1);
+            const float c4 = (1.0f / ((float)(c3)));
+            const int c5 = b2[(8*i0_ + j0_)];
+            const int c6 = lm_float_to_int((c4 * ((float)(c5))));
+            const int c7 = lm_iadd(lm_imul(lm_imul(c3, c6), (-1)), c5);
+            const int c8 = lm_iadd(lm_imul((1024), (-1)), lm_float_to_int(((c4 * ((float)(c7))) + 1024.5f)));
+            const int c9 = lm_imod_floor(c5, c3);
+            const int c10 = lm_iadd(c7, lm_imul(lm_imul(c8, c3), (-1)));
+            b0[(8*i0_ + j0_)] = lm_imul(lm_iadd(lm_iadd(c8, c6), lm_imul(lm_iadd(((c9 < c10) ? 1 : 0), ((c10 < c9) ? 1 : 0)), (-1))), lm_iadd(lm_imul(c2, (-1)), (1)));
         }
     }
 }
@@ -20,7 +30,9 @@ void lm_mul_add_mod_<hash>(int* restrict b0, const int* restrict b1, const int* 
     #pragma omp parallel for if((32) > 16384)
     for (long long i0_ = 0; i0_ < 4; i0_++) {
         for (long long i1_ = 0; i1_ < 8; i1_++) {
-            b0[(8*i0_ + i1_)] = lm_imod_floor(lm_iadd(lm_imul(b1[(8*i0_ + i1_)], b2[(8*i0_ + i1_)]), b1[(8*i0_ + i1_)]), b2[(8*i0_ + i1_)]);
+            const int c1 = b1[(8*i0_ + i1_)];
+            const int c2 = b2[(8*i0_ + i1_)];
+            b0[(8*i0_ + i1_)] = lm_imod_floor(lm_iadd(lm_imul(c1, c2), c1), c2);
         }
     }
 }

@@ -17,7 +17,8 @@ void lm_recip_contract_add_mul_<hash>(float* restrict b0, const float* restrict 
         float s3 = 0.0f;
         #pragma omp simd reduction(+:s3)
         for (long long j0_ = 0; j0_ < 48; j0_++) {
-            const float v = (((s2 * -1.0f) + b1[(48*i0_ + j0_)]) * ((s2 * -1.0f) + b1[(48*i0_ + j0_)]));
+            const float c1 = ((s2 * -1.0f) + b1[(48*i0_ + j0_)]);
+            const float v = (c1 * c1);
             s3 += v;
         }
         const float s4 = (1.0f / sqrtf((((1.0f / 48.0f) * s3) + 1e-05f)));
