@@ -484,14 +484,15 @@ def compile_early(name: str, source: str) -> None:
         if (os.fspath(directory), unit.key) in _early_started:
             return
         _early_started.add((os.fspath(directory), unit.key))
-    _prepare(directory)
-    if not _cached(directory / f"{unit.key}.o", unit.key):
-        thread = threading.Thread(
-            target=_compile_early, args=(unit, directory), name=unit.name, daemon=True
-        )
-        with _lock:
-            _early_threads.append(thread)
-        thread.start()
+    if _cached(directory / f"{unit.key}.o", unit.key):
+        return
+    _prepare(directory)  # the sweep lists the whole cache: only when something is built
+    thread = threading.Thread(
+        target=_compile_early, args=(unit, directory), name=unit.name, daemon=True
+    )
+    with _lock:
+        _early_threads.append(thread)
+    thread.start()
 
 
 def wait_early() -> None:
