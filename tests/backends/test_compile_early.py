@@ -64,3 +64,19 @@ def test_lowering_starts_each_kernel_as_it_is_rendered(tmp_path, monkeypatch):
     assert kernels and kernels <= set(started)
     # the compile waited for all of them, linked or not: no gcc outlives it
     assert not any(t.name in started and t.is_alive() for t in threading.enumerate())
+
+
+def test_a_truncated_object_is_compiled_again_early(tmp_path, monkeypatch):
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
+    toolchain.compile_early("lm_early_probe", SOURCE)
+    _join("lm_early_probe")
+    unit = toolchain._units([("lm_early_probe", SOURCE)])[0]
+    path = toolchain.cache_dir() / f"{unit.key}.o"
+    path.write_bytes(path.read_bytes()[:100])  # what a full disk or a crash could leave
+    assert not toolchain._cached(path, unit.key)
+    monkeypatch.setattr(toolchain, "_early_started", set())  # as a fresh process would
+    toolchain.compile_early("lm_early_probe", SOURCE)
+    _join("lm_early_probe")
+    assert toolchain._cached(path, unit.key)
+    library = toolchain.load(toolchain.build_shared([("lm_early_probe", SOURCE)]))
+    assert library.lm_early_probe(1) == 2
