@@ -30,6 +30,7 @@ read, and a hoisted load is in bounds wherever it runs.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from typing import Any
 
 from luminal.kernel import ir
@@ -37,12 +38,15 @@ from luminal.kernel.indexing import LOOP_MARK
 from luminal.shape.expr import Expr
 
 PREFIX = "h"  # hoisted loads are the locals h1, h2, ...
+# nodes that hold no load (`values` returns them as they are)
+_LEAVES = frozenset({ir.Const, ir.Var, ir.IndexValue, str, int, float, bool, type(None)})
 
 
 def hoist_loads(kernel: ir.Kernel) -> ir.Kernel:
     """`kernel` with the loads that cannot fault read into locals where the module
     docstring says; unchanged when there are none."""
-    written = {x.param for x in _walk(kernel.body) if isinstance(x, ir.Store | ir.VectorStore)}
+    statements = list(_statements(kernel.body))
+    written = {s.param for s in statements if isinstance(s, ir.Store | ir.VectorStore)}
     safe = {
         position
         for position, param in enumerate(kernel.params)
@@ -50,7 +54,8 @@ def hoist_loads(kernel: ir.Kernel) -> ir.Kernel:
     }
     if not safe:
         return kernel
-    taken = {x.name for x in _walk(kernel.body) if isinstance(x, ir.Declare | ir.Reduction)}
+    taken = {s.name for s in statements if isinstance(s, ir.Declare)}
+    taken |= {r.name for s in statements if isinstance(s, ir.Loop) for r in s.reductions}
     hoister = _Hoister(kernel, safe, taken)
     body = hoister.body(kernel.body, ())
     return kernel if not hoister.count else dataclasses.replace(kernel, body=body)
@@ -94,7 +99,7 @@ class _Hoister:
         if isinstance(stmt, ir.Declare) and stmt.dtype == ir.INDEX:
             return [stmt]  # an index local: read in place, before its check
         before: dict[ir.Load, ir.Var] = {}
-        rewritten = self.values(stmt, loops, before, conditional=False)
+        rewritten = self.values(stmt, loops, before, False, {})
         declares = [ir.Declare(v.name, v.dtype, load, const=True) for load, v in before.items()]
         return [*declares, rewritten]
 
@@ -111,27 +116,44 @@ class _Hoister:
         loops: tuple[ir.Loop, ...],
         before: dict[ir.Load, ir.Var],
         conditional: bool,
+        done: dict[tuple[int, bool], Any],
     ) -> Any:
         """`node` (a statement's fields, values) with hoistable loads replaced by their
-        locals; `before` collects those declared just before the statement."""
-        if isinstance(node, ir.Load):
-            return self.load(node, loops, before, conditional)
-        if isinstance(node, ir.Select):
-            cond = self.values(node.cond, loops, before, conditional)
-            a = self.values(node.a, loops, before, True)
-            b = self.values(node.b, loops, before, True)
-            return dataclasses.replace(node, cond=cond, a=a, b=b)
-        if isinstance(node, tuple):
-            return tuple(self.values(x, loops, before, conditional) for x in node)
-        if isinstance(node, Expr) or not dataclasses.is_dataclass(node):
+        locals; `before` collects those declared just before the statement. `done` holds
+        the statement's subtrees already rewritten (by id, with `conditional`): lowering
+        shares one object for a value its row group recomputes in every reader, so the
+        tree can be far larger than its distinct nodes (MiniLM's exact GELU)."""
+        kind = type(node)
+        if kind in _LEAVES or isinstance(node, Expr):
             return node
-        changes = {}
-        for field in dataclasses.fields(node):
-            old = getattr(node, field.name)
-            new = self.values(old, loops, before, conditional)
-            if new is not old:
-                changes[field.name] = new
-        return dataclasses.replace(node, **changes) if changes else node
+        key = (id(node), conditional)
+        if key in done:
+            return done[key]
+        if kind is ir.Alu:
+            args = tuple(self.values(x, loops, before, conditional, done) for x in node.args)
+            changed = any(new is not old for new, old in zip(args, node.args, strict=True))
+            new = dataclasses.replace(node, args=args) if changed else node
+        elif kind is ir.Load:
+            new = self.load(node, loops, before, conditional)
+        elif isinstance(node, ir.Select):
+            cond = self.values(node.cond, loops, before, conditional, done)
+            a = self.values(node.a, loops, before, True, done)
+            b = self.values(node.b, loops, before, True, done)
+            new = dataclasses.replace(node, cond=cond, a=a, b=b)
+        elif isinstance(node, tuple):
+            new = tuple(self.values(x, loops, before, conditional, done) for x in node)
+        elif not dataclasses.is_dataclass(node):
+            new = node
+        else:
+            changes = {}
+            for field in dataclasses.fields(node):
+                old = getattr(node, field.name)
+                value = self.values(old, loops, before, conditional, done)
+                if value is not old:
+                    changes[field.name] = value
+            new = dataclasses.replace(node, **changes) if changes else node
+        done[key] = new  # `node` stays alive in the statement, so its id is not reused
+        return new
 
     def load(
         self,
@@ -197,12 +219,13 @@ def in_bounds(index: Expr, elements: Expr, extents: dict[str, Expr]) -> bool:
     return (elements - 1 - highest).bounds()[0] >= 0
 
 
-def _walk(node: Any) -> Any:
-    """Every IR node under `node` (pre-order)."""
-    yield node
-    if isinstance(node, tuple):
-        for x in node:
-            yield from _walk(x)
-    elif dataclasses.is_dataclass(node) and not isinstance(node, type | Expr):
-        for field in dataclasses.fields(node):
-            yield from _walk(getattr(node, field.name))
+def _statements(body: tuple[ir.Stmt, ...]) -> Iterator[ir.Stmt]:
+    """Every statement of `body`, those of nested blocks included (values are not
+    visited: no statement sits inside a value)."""
+    for stmt in body:
+        yield stmt
+        if isinstance(stmt, ir.Loop | ir.Scope):
+            yield from _statements(stmt.body)
+        elif isinstance(stmt, ir.If):
+            yield from _statements(stmt.then)
+            yield from _statements(stmt.otherwise)

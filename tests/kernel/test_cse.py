@@ -156,3 +156,14 @@ def test_integer_floor_division_shares_its_terms_and_equals_numpy(tmp_path, monk
     cx.compile(lm.CPUCompiler())
     cx.execute()
     np.testing.assert_array_equal(q.numpy(), a // b)
+
+
+def test_a_deep_shared_chain_renders_one_local_per_level() -> None:
+    """x -> x * x forty times: one object per level in lowering's DAG, 2^40 leaves as a
+    tree. Numbering visits each object once; the source holds one line per level."""
+    value: ir.Value = _add(_load(), _one(1.0))
+    for _ in range(40):
+        value = _mul(value, value)
+    _, source = CRenderer().render(_kernel(ir.Store(0, I, value, F32)))
+    assert source.count("b1[") == 1 and "const float c40 = (c39 * c39);" in source
+    assert "b0[i0_] = (c40 * c40);" in source

@@ -10,10 +10,11 @@ import pytest
 
 import luminal as lm
 from luminal.backends.cpu.compiler import CPUCompiler, static_program
+from luminal.dtype import DType
 from luminal.kernel import ir
 from luminal.kernel.hoist import hoist_loads, in_bounds
 from luminal.kernel.indexing import loop_index
-from luminal.shape.expr import sym, var
+from luminal.shape.expr import less_than, sym, var
 
 
 def _padded_bias_relu(cx: lm.Graph, x: np.ndarray, b: np.ndarray, pads, batch="n"):  # noqa: ANN001, ANN201
@@ -116,3 +117,26 @@ def test_in_bounds_proves_only_what_holds() -> None:
     assert not in_bounds(384 * s * rows + 384 * keys + 384, b * s * 384, symbolic)
     # a load hoisted out of a loop over s must not run when s may be 0
     assert not in_bounds(j, 58 * s, symbolic)
+
+
+def test_a_value_shared_many_times_is_rewritten_once() -> None:
+    """Row groups share one value object among all its readers; hoisting rewrites each
+    object once per statement (the tree of x -> x * x, 48 levels deep, has 2^48 leaves),
+    and the load under the select's branch is hoisted, read by every level."""
+    i = loop_index("i0_", sym(8))
+    guarded = ir.Load(1, i, DType.float32)  # in bounds: 8 elements
+    value: ir.Value = guarded
+    for _ in range(48):
+        value = ir.Alu("mul", (value, value), DType.float32)
+    mask = less_than(i, 4)
+    store = ir.Store(0, i, ir.Select(mask, value, ir.Const(0.0, DType.float32)), DType.float32)
+    params = (ir.Param(0, DType.float32, True, sym(8)), ir.Param(1, DType.float32, False, sym(8)))
+    loop = ir.Loop("i0_", sym(8), "serial", (store,))
+    hoisted = hoist_loads(ir.Kernel("k", params, (), (loop,), (0,)))
+    declare, rewritten = hoisted.body[0].body
+    assert declare == ir.Declare("h1", DType.float32, guarded, const=True)
+    level = rewritten.value.a
+    for _ in range(48):  # still one object per level, the load replaced at the bottom
+        assert level.args[0] is level.args[1]
+        level = level.args[0]
+    assert level == ir.Var("h1", DType.float32)
