@@ -4,7 +4,7 @@ into a CompiledGraph."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from luminal import ops
 from luminal.backends.cpu import toolchain
@@ -44,6 +44,8 @@ class Lowering:
     kernels: dict[int, KernelSource]
     materialised: set[int]
     dims: list[str]
+    # kernels a search option replaced (heads): assembled as chosen, no epilogue fused
+    searched: set[int] = field(default_factory=set)
 
     @property
     def kernel_nodes(self) -> dict[int, list[int]]:
@@ -107,9 +109,10 @@ def _kernel(graph: Graph, node: object, materialised: set[int], dims: list[str])
 def assemble(lowering: Lowering) -> CompiledGraph:
     """Segments of kernels split at Python functions; the CompiledGraph (not yet built).
     The BLAS products left in `lowering` first absorb their bias / residual / ReLU reader
-    (`sgemm_epilogue.py`), in a copy: measured search keeps choosing per product."""
+    (`sgemm_epilogue.py`), in a copy: measured search keeps choosing per product, and a
+    kernel it replaced stays as it chose it."""
     kernels, materialised = dict(lowering.kernels), set(lowering.materialised)
-    fuse_epilogues(lowering.graph, lowering.order, kernels, materialised)
+    fuse_epilogues(lowering.graph, lowering.order, kernels, materialised, lowering.searched)
     lowering = Lowering(
         lowering.graph, lowering.inputs, lowering.order, kernels, materialised, lowering.dims
     )

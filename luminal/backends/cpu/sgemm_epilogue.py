@@ -12,7 +12,7 @@ bias), or a matrix laid out as C (a residual). Anything else keeps its own kerne
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import replace
 
 from luminal import ops
@@ -40,10 +40,13 @@ def fuse_epilogues(
     order: Sequence[int],
     kernels: dict[int, KernelSource],
     materialised: set[int],
+    keep: Collection[int] = (),
 ) -> None:
     """Fuse, in place, each sgemm kernel's consumer into it (see the module docstring):
     `kernels[consumer]` becomes the fused kernel, the product leaves `kernels` and
-    `materialised`."""
+    `materialised`. Kernels whose head is in `keep` (a search option's) are left as
+    they are."""
+    keep = set(keep)
     for product in order:
         kernel = kernels.get(product)
         if kernel is None or kernel.kernel is None or kernel.kernel.label != "sgemm":
@@ -52,7 +55,7 @@ def fuse_epilogues(
             continue
         heads = {head: source.nodes for head, source in kernels.items()}
         found = match_consumer(graph, heads, materialised, product)
-        if found is None or found.consumer not in kernels:
+        if found is None or found.consumer not in kernels or {product, found.consumer} & keep:
             continue
         fused = _fused(graph, kernel.kernel, found, kernels[found.consumer].nodes)
         if fused is None:

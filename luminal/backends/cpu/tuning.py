@@ -201,6 +201,7 @@ class CpuSearchSpace:
 
     def lowering(self, config: Config) -> Lowering:
         lowering = lower_kernels(self.graph)
+        static = dict(lowering.kernels)
         for site in self.sites:
             choice = config.get(site.key, STATIC)
             if choice == STATIC:
@@ -213,6 +214,8 @@ class CpuSearchSpace:
                     f"{INAPPLICABLE}: site {site.key} has no option {choice!r} in this program"
                 )
             options[choice].apply(lowering, node_id)
+        heads = static.keys() | lowering.kernels.keys()
+        lowering.searched = {h for h in heads if lowering.kernels.get(h) is not static.get(h)}
         return lowering
 
     def compiled(self, config: Config) -> CompiledGraph:
