@@ -136,9 +136,12 @@ class CRenderer:
         return name, source.replace(placeholder, name)
 
     def helpers(self, kernel: ir.Kernel) -> str:
-        """Source a kernel needs before its function: its own prelude, the fault helper."""
+        """Source a kernel needs before its function: malloc's declaration when it
+        allocates scratch (gcc otherwise warns of an implicit declaration, and compilers
+        that make that an error refuse the unit), the fault helper, its own prelude."""
+        heap = "#include <stdlib.h>\n" if _contains(kernel.body, ir.Alloc) else ""
         faults = FAULT_INDEX if _contains(kernel.body, ir.CheckIndex) else ""
-        return faults + kernel.prelude
+        return heap + faults + kernel.prelude
 
     def signature(self, kernel: ir.Kernel, name: str) -> str:
         params = [self.param(position, p) for position, p in enumerate(kernel.params)]

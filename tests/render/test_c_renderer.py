@@ -115,6 +115,7 @@ def test_scratch_library_calls_and_named_buffers() -> None:
     )
     params = (ir.Param(0, F, True), ir.Param(1, F))
     _, source = CRenderer().render(ir.Kernel("k", params, (), body, (0,), reports_faults=True))
+    assert source.startswith("#include <stdlib.h>\n")  # malloc declared
     assert "    float* pa = (float*)malloc((size_t)(20));\n" in source
     assert "    if (!pa) {  lm_fault_alloc(lm_fault, 20); return; }\n" in source
     assert "    if (!pb) { free(pa); lm_fault_alloc(lm_fault, 20); return; }\n" in source
