@@ -9,6 +9,7 @@ backend's OpenMP renderer is `luminal.backends.cpu.codegen.CpuRenderer`.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Callable
 
@@ -498,9 +499,12 @@ def dim_name(name: str) -> str:
     return f"dim_{name}"
 
 
+@functools.lru_cache(maxsize=1 << 14)
 def c_expr(expr: Expr) -> str:
     """An index expression in C: dims as their locals (`dim_<name>`), loop indices and
-    index locals by their names (`i0_`, `g0_`): two namespaces that cannot meet."""
+    index locals by their names (`i0_`, `g0_`): two namespaces that cannot meet.
+    Cached (expressions are immutable and compare by structure): kernels write the same
+    few indices many times (MiniLM's compile: 2513 calls, 166 distinct, 27 ms)."""
     names = expr.variables()
     dims = {n: var(dim_name(n)) for n in names if not is_loop_index(n)}
     loops = {n: loop_name(n) for n in names if is_loop_index(n)}
