@@ -80,3 +80,27 @@ def test_a_truncated_object_is_compiled_again_early(tmp_path, monkeypatch):
     assert toolchain._cached(path, unit.key)
     library = toolchain.load(toolchain.build_shared([("lm_early_probe", SOURCE)]))
     assert library.lm_early_probe(1) == 2
+
+
+def test_a_product_reader_is_not_compiled_early(tmp_path, monkeypatch):
+    """A kernel reading a BLAS product may be fused into the product's call (bias + ReLU
+    here, `sgemm_epilogue.py`): compiled early it would be a thrown-away gcc run."""
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
+    started: list[str] = []
+    early = toolchain.compile_early
+    monkeypatch.setattr(
+        toolchain, "compile_early", lambda name, source: (started.append(name), early(name, source))
+    )
+    rng = np.random.default_rng(0)
+    x, w, b = (rng.uniform(-1, 1, s).astype(np.float32) for s in ((3, 37, 64), (80, 64), (80,)))
+    cx = lm.Graph()
+    xt, wt, bt = cx.tensor(x.shape).set(x), cx.tensor(w.shape).set(w), cx.tensor(b.shape).set(b)
+    out = (xt @ wt.transpose(0, 1) + bt).relu().retrieve()
+    other = (xt.exp().sum(-1) * 2).retrieve()  # reads no product: started early
+    compiled = cx.compile(lm.CPUCompiler(cache=tmp_path))
+    cx.execute()
+    np.testing.assert_allclose(out.numpy(), np.maximum(x @ w.T + b, 0), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(other.numpy(), np.exp(x).sum(-1) * 2, rtol=1e-5)
+    kernels = {k.name for s in compiled.segments for k in s.kernels}
+    assert any("sgemm_col_relu" in name for name in kernels)  # the reader was fused
+    assert started and set(started) <= kernels  # every unit started early is linked

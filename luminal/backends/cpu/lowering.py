@@ -59,7 +59,9 @@ def lower_kernels(
     """The static (mode="fast") kernel for every materialised node, rendered by
     `renderer`; `blas=False` lowers every contraction to loops (a backend without sgemm).
     Attention is fused first (`compiler/attention.py`), so its scores never get a buffer.
-    `compile_early`: gcc starts on each kernel as it is rendered (`toolchain.compile_early`)."""
+    `compile_early`: gcc starts on each kernel as it is rendered (`toolchain.compile_early`),
+    except a kernel that reads a BLAS product: `assemble` may fuse it into the product's
+    call (`sgemm_epilogue.py`), so it is left to the build."""
     fuse_attention(graph)
     plan = plan_fusion(graph)
     materialised = set(plan.materialised) | set(plan.inputs)
@@ -72,7 +74,7 @@ def lower_kernels(
             continue
         kernels[head] = kernel_source(kernel, renderer)
         if compile_early:
-            toolchain.compile_early(kernels[head].name, PRELUDE + kernels[head].source)
+            _compile_early(graph, kernels[head], blas)
         materialised -= set(absorbed)
     order = [n for n in plan.materialised if n in materialised]
     for node_id in order:
@@ -86,8 +88,20 @@ def lower_kernels(
                 continue
         kernels[node_id] = kernel_source(_kernel(graph, node, materialised, dims), renderer)
         if compile_early:
-            toolchain.compile_early(kernels[node_id].name, PRELUDE + kernels[node_id].source)
+            _compile_early(graph, kernels[node_id], blas)
     return Lowering(graph, list(plan.inputs), order, kernels, materialised, dims)
+
+
+def _compile_early(graph: Graph, kernel: KernelSource, blas: bool) -> None:
+    """Start gcc on `kernel` now unless it reads a BLAS product (a possible epilogue:
+    compiled early, MiniLM's 24 bias adds and GELUs were thrown away)."""
+    if blas and any(_blas_product(graph.nodes[b]) for b in kernel.buffers[1:]):
+        return
+    toolchain.compile_early(kernel.name, PRELUDE + kernel.source)
+
+
+def _blas_product(node: object) -> bool:
+    return isinstance(node.op, ops.Contract) and is_blas_contract(node)
 
 
 def _kernel(graph: Graph, node: object, materialised: set[int], dims: list[str]) -> ir.Kernel:
