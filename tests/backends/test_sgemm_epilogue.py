@@ -133,3 +133,24 @@ def test_an_activation_near_gelu_is_not_taken_for_it(rng) -> None:  # noqa: ANN0
     expected = torch.nn.functional.gelu(torch.from_numpy(x @ w + b), approximate="tanh")
     np.testing.assert_allclose(got, expected.numpy(), rtol=1e-5, atol=1e-5)
     assert not any("gelu" in label for label in labels), labels
+
+
+def test_an_activation_equal_to_gelu_at_the_old_probe_points_is_not_taken_for_it(rng) -> None:  # noqa: ANN001
+    """GELU times (1 + a bump on (13, 39)): equal to GELU on [-12, 12] and at the probe's
+    special values, different between them. The probe must not fuse it as GELU (it did:
+    the compiled values were GELU's, off by up to 338 where the bump is)."""
+    x, w = (rng.uniform(-1, 1, s).astype(np.float32) for s in ((24, 64), (64, 80)))
+    b = np.full(80, 20.0, np.float32)
+    cx = lm.Graph()
+    value = cx.tensor(x.shape).set(x) @ cx.tensor(w.shape).set(w) + cx.tensor(b.shape).set(b)
+    bump = (value - 13.0).relu().minimum((39.0 - value).relu())
+    out = value.gelu(approximate="none") * (bump + 1.0)
+    out.retrieve()
+    cx.compile(lm.CPUCompiler(verify=False))
+    cx.execute()
+    pre = x @ w + b
+    bump_np = np.minimum(np.maximum(pre - 13, 0), np.maximum(39 - pre, 0))
+    expected = torch.nn.functional.gelu(torch.from_numpy(pre)).numpy() * (1 + bump_np)
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5, atol=1e-5)
+    labels = [k.name for s in cx.compiled.segments for k in s.kernels]
+    assert not any("gelu" in label for label in labels), labels
