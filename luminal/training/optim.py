@@ -122,21 +122,7 @@ class Optimizer:
         aligned with `params`. New state is kept too; call `apply()` after each run."""
         if self._built:
             raise GraphError(f"{type(self).__name__}.step_graph: already called for this graph")
-        grads = list(grads)
-        if len(grads) != len(self.params):
-            raise ShapeError(
-                f"{type(self).__name__}.step_graph: got {len(grads)} gradients for "
-                f"{len(self.params)} parameters"
-            )
-        for index, (param, grad) in enumerate(zip(self.params, grads, strict=True)):
-            if grad.graph is not self.graph:
-                raise GraphError(f"{type(self).__name__}: gradient {index} is in another graph")
-            if tuple(grad.view.shape) != tuple(param.view.shape):
-                raise ShapeError(
-                    f"{type(self).__name__}.step_graph: gradient {index} has shape "
-                    f"{format_shape(grad.view.shape)}, its parameter "
-                    f"{format_shape(param.view.shape)}"
-                )
+        grads = self._checked(grads, "step_graph")
         with self.graph.atomic():
             step = self._step + 1
             self._carry.append((self._step, step))
@@ -168,6 +154,13 @@ class Optimizer:
             )
         if self._built:
             raise GraphError(f"{type(self).__name__}.step_graph_range: already built")
+        grads = self._checked(grads, "step_graph_range")
+        total = sum(int(np.prod([int(d) for d in p.shape], dtype=np.int64)) for p in self.params)
+        if not 0 <= start <= stop <= total:
+            raise LuminalError(
+                f"{type(self).__name__}.step_graph_range: the range [{start}, {stop}) must "
+                f"satisfy 0 <= start <= stop <= {total} (the parameters' elements laid end to end)"
+            )
         with self.graph.atomic():
             step = self._step + 1
             self._carry.append((self._step, step))
@@ -187,6 +180,26 @@ class Optimizer:
                 new.keep()
         self._built = True
         return pieces
+
+    def _checked(self, grads: Sequence[GraphTensor], method: str) -> list[GraphTensor]:
+        """`grads` as a list, one per parameter, each in this graph and of its parameter's
+        shape; checked before anything is added, so a refused call leaves nothing."""
+        grads = list(grads)
+        if len(grads) != len(self.params):
+            raise ShapeError(
+                f"{type(self).__name__}.{method}: got {len(grads)} gradients for "
+                f"{len(self.params)} parameters"
+            )
+        for index, (param, grad) in enumerate(zip(self.params, grads, strict=True)):
+            if grad.graph is not self.graph:
+                raise GraphError(f"{type(self).__name__}: gradient {index} is in another graph")
+            if tuple(grad.view.shape) != tuple(param.view.shape):
+                raise ShapeError(
+                    f"{type(self).__name__}.{method}: gradient {index} has shape "
+                    f"{format_shape(grad.view.shape)}, its parameter "
+                    f"{format_shape(param.view.shape)}"
+                )
+        return grads
 
     def _update(self, index: int, p: GraphTensor, g: GraphTensor, t: GraphTensor) -> GraphTensor:
         raise NotImplementedError

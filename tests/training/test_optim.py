@@ -344,3 +344,35 @@ def test_step_graph_range_refuses_lamb() -> None:
     opt = optim.LAMB([param])
     with pytest.raises(lm.LuminalError, match="not elementwise"):
         opt.step_graph_range([cx.tensor((4,), name="g")], 0, 2)
+
+
+def test_step_graph_range_refuses_bad_gradients_and_ranges_and_still_builds() -> None:
+    """Too few gradients, a misshapen one, and ranges outside [0, total] or reversed are
+    LuminalErrors naming what was expected (they were a ValueError from zip, or silently
+    a clamped or empty update), leaving nothing behind: the same optimizer then builds
+    the valid range and its update equals SGD's."""
+    cx = lm.Graph()
+    params = [cx.tensor((2, 3), name="p0"), cx.tensor((4,), name="p1")]
+    grads = [cx.tensor((2, 3), name="g0"), cx.tensor((4,), name="g1")]
+    opt = optim.SGD(params, lr=0.5)
+    nodes = len(cx.nodes)
+    with pytest.raises(lm.ShapeError, match="1 gradients for 2 parameters"):
+        opt.step_graph_range(grads[:1], 0, 10)
+    with pytest.raises(lm.ShapeError, match=r"gradient 1 has shape \(3,\), its parameter \(4,\)"):
+        opt.step_graph_range([grads[0], cx.tensor((3,), name="g")], 0, 10)
+    nodes += 1  # the misshapen gradient input made above
+    for start, stop in ((-1, 4), (0, 11), (6, 2)):
+        with pytest.raises(lm.LuminalError, match=r"0 <= start <= stop <= 10"):
+            opt.step_graph_range(grads, start, stop)
+    assert len(cx.nodes) == nodes
+    pieces = [piece.retrieve() for piece in opt.step_graph_range(grads, 4, 8)]
+    p = np.arange(10, dtype=np.float32)
+    g = np.full(10, 2.0, np.float32)
+    params[0].set(p[:6].reshape(2, 3))
+    params[1].set(p[6:])
+    grads[0].set(g[:6].reshape(2, 3))
+    grads[1].set(g[6:])
+    cx.execute()
+    opt.apply()
+    got = np.concatenate([piece.numpy().reshape(-1) for piece in pieces])
+    np.testing.assert_allclose(got, p[4:8] - 0.5 * g[4:8])
