@@ -295,6 +295,10 @@ class _ConvNd(Module):
             padding if isinstance(padding, str) else ntuple(padding, self.dims, "padding", name, 0)
         )
         self.groups = groups
+        if algorithm == "winograd":  # refuse now what the first call would refuse
+            why = applicable(self.kernel_size, self.stride, self.dilation, groups, (), ())
+            if why is not None:
+                raise ShapeError(f"{name}: algorithm='winograd' cannot apply: {why}")
         shape = (out_channels, in_channels // groups, *self.kernel_size)
         _weight_and_bias(self, shape, in_channels // groups, out_channels, bias)
 

@@ -184,6 +184,11 @@ def test_winograd_where_it_cannot_apply_is_an_error(kwargs, message):
     with pytest.raises(lm.LuminalError, match="algorithm"):
         lm.nn.Conv1d(cx, 4, 4, 3, algorithm="direct")
     assert "algorithm='winograd'" in repr(lm.nn.Conv2d(cx, 4, 4, 3, algorithm="winograd"))
+    nodes = cx.num_nodes
+    for module, args in ((lm.nn.Conv1d, (3,)), (lm.nn.Conv3d, (3,)), (lm.nn.Conv2d, (3, 2))):
+        with pytest.raises(lm.ShapeError, match="algorithm='winograd' cannot apply"):
+            module(cx, 4, 4, *args, algorithm="winograd")  # refused when built, not called
+    assert cx.num_nodes == nodes
     assert "algorithm" not in repr(lm.nn.Conv2d(cx, 4, 4, 3))
 
 
