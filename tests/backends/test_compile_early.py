@@ -46,13 +46,19 @@ def test_a_unit_that_fails_early_is_reported_by_the_build(tmp_path, monkeypatch)
         toolchain.build_shared([("lm_early_broken", "int lm_early_broken( {\n")])
 
 
-def test_lowering_starts_each_kernel_as_it_is_rendered(tmp_path, monkeypatch):
-    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
+def _record_early(monkeypatch) -> list[str]:  # noqa: ANN001 - pytest's fixture
+    """The names of the kernels lowering starts early, in order (they still compile)."""
     started: list[str] = []
     early = toolchain.compile_early
     monkeypatch.setattr(
         toolchain, "compile_early", lambda name, source: (started.append(name), early(name, source))
     )
+    return started
+
+
+def test_lowering_starts_each_kernel_as_it_is_rendered(tmp_path, monkeypatch):
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
+    started = _record_early(monkeypatch)
     rng = np.random.default_rng(0)
     cx = lm.Graph()
     x = rng.standard_normal((8, 16)).astype(np.float32)
@@ -86,11 +92,7 @@ def test_a_product_reader_is_not_compiled_early(tmp_path, monkeypatch):
     """A kernel reading a BLAS product may be fused into the product's call (bias + ReLU
     here, `sgemm_epilogue.py`): compiled early it would be a thrown-away gcc run."""
     monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
-    started: list[str] = []
-    early = toolchain.compile_early
-    monkeypatch.setattr(
-        toolchain, "compile_early", lambda name, source: (started.append(name), early(name, source))
-    )
+    started = _record_early(monkeypatch)
     rng = np.random.default_rng(0)
     x, w, b = (rng.uniform(-1, 1, s).astype(np.float32) for s in ((3, 37, 64), (80, 64), (80,)))
     cx = lm.Graph()

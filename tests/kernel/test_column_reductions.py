@@ -11,16 +11,8 @@ import torch
 
 import luminal as lm
 from luminal.backends.cpu.compiler import CPUCompiler, static_program
-from luminal.kernel import ir
 from luminal.training.autograd import gradients
-
-
-def _loops(body: tuple[ir.Stmt, ...]) -> list[ir.Loop]:
-    found = []
-    for stmt in body:
-        if isinstance(stmt, ir.Loop):
-            found += [stmt, *_loops(stmt.body)]
-    return found
+from tests.kernel.ir_walk import nested_loops
 
 
 def _run(cx: lm.Graph, *outs: lm.GraphTensor) -> list[np.ndarray]:
@@ -37,10 +29,10 @@ def test_strided_sum_puts_the_reduce_loop_outside_the_columns() -> None:
     x.sum(1).retrieve()
     cx.compile(lm.GenericCompiler())
     (kernel,) = [k.kernel for s in static_program(cx).segments for k in s.kernels]
-    loops = [(loop.kind, loop.var) for loop in _loops(kernel.body)]
+    loops = [(loop.kind, loop.var) for loop in nested_loops(kernel.body)]
     # rows on threads; per row: the columns set to 0, then per key, every column
     assert loops == [("parallel", "i0_"), ("serial", "i1_"), ("serial", "r0_"), ("serial", "i1_")]
-    assert not any(loop.kind == "reduce" for loop in _loops(kernel.body))
+    assert not any(loop.kind == "reduce" for loop in nested_loops(kernel.body))
 
 
 @pytest.mark.parametrize("shape, axis", [((4, 50, 32), 1), ((3, 20, 5, 33), 1), ((70, 24), 0)])
@@ -103,7 +95,7 @@ def test_columns_in_parallel_blocks_when_no_other_axis_is_left() -> None:
     cx.tensor((300, 256)).set(data).sum(0).retrieve()
     cx.compile(lm.GenericCompiler())
     (kernel,) = [k.kernel for s in static_program(cx).segments for k in s.kernels]
-    loops = [(loop.kind, str(loop.extent)) for loop in _loops(kernel.body)]
+    loops = [(loop.kind, str(loop.extent)) for loop in nested_loops(kernel.body)]
     # 4 blocks of 64 columns on threads; per block, every key over its 64 columns
     assert loops == [("parallel", "4"), ("serial", "64"), ("serial", "300"), ("serial", "64")]
 
@@ -144,7 +136,7 @@ def test_per_row_weights_keep_the_column_form() -> None:
     build(cx).retrieve()
     cx.compile(lm.GenericCompiler())
     (kernel,) = [k.kernel for s in static_program(cx).segments for k in s.kernels]
-    loops = [(loop.kind, loop.var) for loop in _loops(kernel.body)]
+    loops = [(loop.kind, loop.var) for loop in nested_loops(kernel.body)]
     assert loops == [("parallel", "i0_"), ("serial", "i1_"), ("serial", "r0_"), ("serial", "i1_")]
     cx = lm.Graph()
     (got,) = _run(cx, build(cx))

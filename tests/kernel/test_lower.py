@@ -10,6 +10,7 @@ import luminal as lm
 from luminal.backends.cpu.compiler import static_program
 from luminal.kernel import ir
 from luminal.kernel.dump import dump
+from tests.kernel.ir_walk import nested_loops
 
 
 def _kernels(build) -> list[ir.Kernel]:  # noqa: ANN001 - a graph builder
@@ -20,19 +21,11 @@ def _kernels(build) -> list[ir.Kernel]:  # noqa: ANN001 - a graph builder
     return [k.kernel for s in compiled.segments for k in s.kernels]
 
 
-def _loops(body: tuple[ir.Stmt, ...]) -> list[ir.Loop]:
-    found = []
-    for stmt in body:
-        if isinstance(stmt, ir.Loop):
-            found += [stmt, *_loops(stmt.body)]
-    return found
-
-
 def test_softmax_is_one_row_kernel_with_two_reduce_loops() -> None:
     (kernel,) = _kernels(
         lambda cx: cx.tensor((8, 64)).set(np.zeros((8, 64), np.float32)).softmax(-1).retrieve()
     )
-    kinds = [(loop.kind, loop.var) for loop in _loops(kernel.body)]
+    kinds = [(loop.kind, loop.var) for loop in nested_loops(kernel.body)]
     assert kinds == [("parallel", "i0_"), ("reduce", "j0_"), ("reduce", "j0_"), ("serial", "j0_")]
     text = dump(kernel)
     assert text.startswith("kernel recip_sumreduce_exp2_maxreduce(b0: out float32 #")
@@ -50,10 +43,10 @@ def test_short_reductions_unroll_and_long_ones_loop() -> None:
         cx.tensor((3, 40)).set(np.ones((3, 40), np.float32)).sum(-1).retrieve()
 
     unrolled_max, unrolled_sum, looped = _kernels(build)
-    assert [loop.kind for loop in _loops(unrolled_max.body)] == ["parallel", "serial"]
+    assert [loop.kind for loop in nested_loops(unrolled_max.body)] == ["parallel", "serial"]
     assert "acc max= v1" in dump(unrolled_max)
-    assert all(loop.kind != "reduce" for loop in _loops(unrolled_sum.body))
-    (reduce,) = [loop for loop in _loops(looped.body) if loop.kind == "reduce"]
+    assert all(loop.kind != "reduce" for loop in nested_loops(unrolled_sum.body))
+    (reduce,) = [loop for loop in nested_loops(looped.body) if loop.kind == "reduce"]
     assert reduce.reductions == (ir.Reduction("acc", "add", lm.float32),)
     assert looped.params[0].output and not looped.params[1].output
 
