@@ -51,9 +51,10 @@ def contract(a: np.ndarray, b: np.ndarray, axis: int) -> np.ndarray:
     b_core = np.transpose(b[b_sel], [b_kept.index(d) for d in batch + k_axes + n_axes])
     a_mat = a_core.reshape(size(batch), size(m_axes), size(k_axes))
     b_mat = b_core.reshape(size(batch), size(k_axes), size(n_axes))
-    product = np.matmul(a_mat, b_mat)
-    if scale != 1:
-        product = product * product.dtype.type(scale)
+    with np.errstate(all="ignore"):  # inf * 0 is NaN, as in every other reference kernel
+        product = np.matmul(a_mat, b_mat)
+        if scale != 1:
+            product = product * product.dtype.type(scale)
     grouped = product.reshape([shape[d] for d in batch + m_axes + n_axes])
     order = batch + m_axes + n_axes
     result = np.transpose(grouped, [order.index(d) for d in out_axes if d in order])
