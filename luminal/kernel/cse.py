@@ -45,7 +45,7 @@ COMPOUND = (ir.Alu, ir.Select, ir.Cast)
 def share_common(kernel: ir.Kernel) -> ir.Kernel:
     """`kernel` with every value read more than once by one statement computed once,
     into a `const` local declared just before that statement."""
-    names = _Names(_used_names(kernel.body))
+    names = _Names(ir.local_names(kernel.body))
     body = _block(kernel.body, names)
     return kernel if body == kernel.body else dataclasses.replace(kernel, body=body)
 
@@ -276,25 +276,3 @@ def _replace_children(value: ir.Value, children: list[ir.Value]) -> ir.Value:
     if isinstance(value, ir.Lane):
         return dataclasses.replace(value, vector=children[0])
     return value
-
-
-def _used_names(body: tuple[ir.Stmt, ...]) -> set[str]:
-    """Every local, loop variable and scratch name a kernel declares."""
-    used: set[str] = set()
-    for stmt in body:
-        if isinstance(stmt, ir.Declare | ir.Alloc | ir.LocalMemory):
-            used.add(stmt.name)
-        if isinstance(stmt, ir.Loop):
-            used.add(stmt.var)
-            used.update(r.name for r in stmt.reductions)
-        for block in _blocks(stmt):
-            used |= _used_names(block)
-    return used
-
-
-def _blocks(stmt: ir.Stmt) -> tuple[tuple[ir.Stmt, ...], ...]:
-    if isinstance(stmt, ir.Loop | ir.Scope):
-        return (stmt.body,)
-    if isinstance(stmt, ir.If):
-        return (stmt.then, stmt.otherwise)
-    return ()

@@ -30,7 +30,6 @@ read, and a hoisted load is in bounds wherever it runs.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from typing import Any
 
 from luminal.kernel import ir
@@ -45,8 +44,8 @@ _LEAVES = frozenset({ir.Const, ir.Var, ir.IndexValue, str, int, float, bool, typ
 def hoist_loads(kernel: ir.Kernel) -> ir.Kernel:
     """`kernel` with the loads that cannot fault read into locals where the module
     docstring says; unchanged when there are none."""
-    statements = list(_statements(kernel.body))
-    written = {s.param for s in statements if isinstance(s, ir.Store | ir.VectorStore)}
+    stores = (ir.Store, ir.VectorStore)
+    written = {s.param for s in ir.statements(kernel.body) if isinstance(s, stores)}
     safe = {
         position
         for position, param in enumerate(kernel.params)
@@ -54,9 +53,7 @@ def hoist_loads(kernel: ir.Kernel) -> ir.Kernel:
     }
     if not safe:
         return kernel
-    taken = {s.name for s in statements if isinstance(s, ir.Declare)}
-    taken |= {r.name for s in statements if isinstance(s, ir.Loop) for r in s.reductions}
-    hoister = _Hoister(kernel, safe, taken)
+    hoister = _Hoister(kernel, safe, ir.local_names(kernel.body))
     body = hoister.body(kernel.body, ())
     return kernel if not hoister.count else dataclasses.replace(kernel, body=body)
 
@@ -217,15 +214,3 @@ def in_bounds(index: Expr, elements: Expr, extents: dict[str, Expr]) -> bool:
         last[atom.args[0]] = extents[atom.args[0]] - 1
     highest = index.substitute(last) if last else index
     return (elements - 1 - highest).bounds()[0] >= 0
-
-
-def _statements(body: tuple[ir.Stmt, ...]) -> Iterator[ir.Stmt]:
-    """Every statement of `body`, those of nested blocks included (values are not
-    visited: no statement sits inside a value)."""
-    for stmt in body:
-        yield stmt
-        if isinstance(stmt, ir.Loop | ir.Scope):
-            yield from _statements(stmt.body)
-        elif isinstance(stmt, ir.If):
-            yield from _statements(stmt.then)
-            yield from _statements(stmt.otherwise)

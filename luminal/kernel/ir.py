@@ -23,6 +23,7 @@ their scope.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -341,6 +342,37 @@ class Alloc(Stmt):
 @dataclass(frozen=True)
 class Free(Stmt):
     name: str
+
+
+def blocks(stmt: Stmt) -> tuple[tuple[Stmt, ...], ...]:
+    """The statement blocks `stmt` holds: a loop's or scope's body, an if's branches."""
+    if isinstance(stmt, Loop | Scope):
+        return (stmt.body,)
+    if isinstance(stmt, If):
+        return (stmt.then, stmt.otherwise)
+    return ()
+
+
+def statements(body: tuple[Stmt, ...]) -> Iterator[Stmt]:
+    """Every statement of `body`, each before those of the blocks it holds (values are
+    not visited: no statement sits inside a value)."""
+    for stmt in body:
+        yield stmt
+        for block in blocks(stmt):
+            yield from statements(block)
+
+
+def local_names(body: tuple[Stmt, ...]) -> set[str]:
+    """Every local, loop variable, reduction and scratch name `body` declares: a pass
+    that adds locals picks names outside it."""
+    used: set[str] = set()
+    for stmt in statements(body):
+        if isinstance(stmt, Declare | Alloc | LocalMemory):
+            used.add(stmt.name)
+        if isinstance(stmt, Loop):
+            used.add(stmt.var)
+            used.update(r.name for r in stmt.reductions)
+    return used
 
 
 # ----------------------------------------------------------------------------- kernel

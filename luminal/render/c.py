@@ -512,10 +512,4 @@ def c_expr(expr: Expr) -> str:
 
 
 def _contains(body: tuple[ir.Stmt, ...], kind: type) -> bool:
-    for stmt in body:
-        if isinstance(stmt, kind):
-            return True
-        children = [getattr(stmt, f, ()) for f in ("body", "then", "otherwise")]
-        if any(_contains(tuple(c), kind) for c in children if isinstance(c, tuple)):
-            return True
-    return False
+    return any(isinstance(stmt, kind) for stmt in ir.statements(body))

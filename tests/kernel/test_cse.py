@@ -18,7 +18,6 @@ from luminal.backends.opencl.render import OpenCLRenderer
 from luminal.dtype import DType
 from luminal.kernel import ir
 from luminal.kernel.cse import _children, share_common
-from luminal.kernel.hoist import _statements
 from luminal.kernel.indexing import loop_index
 from luminal.render.c import CRenderer
 from luminal.shape.expr import const, greater_equal
@@ -193,7 +192,7 @@ def test_lowering_builds_a_value_read_by_many_readers_once() -> None:
     (store,) = [
         s
         for k in kernels
-        for s in _statements(k.body)
+        for s in ir.statements(k.body)
         if isinstance(s, ir.Store) and isinstance(s.value, ir.Alu)
     ]
     objects, values = _objects_and_values(store.value)
