@@ -10,7 +10,6 @@ Loop structure is decided here, not by a renderer: the outermost loop of a nest 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import fields
 
 from luminal import ops
 from luminal.dtype import DType
@@ -18,6 +17,7 @@ from luminal.errors import CompileError
 from luminal.graph import Graph, Node
 from luminal.kernel import ir
 from luminal.kernel.indexing import flat_index, loop_name
+from luminal.kernel.transforms import walk
 from luminal.kernel.values import NotRowLocal, ValueLowering, substitute_indices
 from luminal.schedule.fusion import UNROLL_LIMIT
 from luminal.shape.expr import ONE, ZERO, Expr, sym
@@ -266,15 +266,9 @@ def _unit_stride(index: Expr, variable: str) -> bool:
     return coefficient == 1
 
 
-def _loads(value: object) -> list[ir.Load]:
+def _loads(value: ir.Value) -> list[ir.Load]:
     """The loads under an IR value."""
-    if isinstance(value, ir.Load):
-        return [value]
-    if isinstance(value, tuple):
-        return [load for x in value for load in _loads(x)]
-    if isinstance(value, ir.Value):
-        return [load for f in fields(value) for load in _loads(getattr(value, f.name))]
-    return []
+    return [x for x in walk(value) if isinstance(x, ir.Load)]
 
 
 def _multi_sum_kernel(
@@ -313,10 +307,7 @@ def _unrolled(node: Node, terms: list[ir.Value]) -> list[ir.Stmt]:
     """acc over a few values, with the same NaN rule as the loop form."""
     is_max = isinstance(node.op, ops.MaxReduce)
     if not terms:
-        if not is_max:
-            return [ir.Declare("acc", node.dtype, _zero(node.dtype))]
-        lowest = float("-inf") if node.dtype.is_float else -(2**31)
-        return [ir.Declare("acc", node.dtype, ir.Const(lowest, node.dtype))]
+        return [ir.Declare("acc", node.dtype, _identity("max" if is_max else "add", node.dtype))]
     stages: list[ir.Stmt] = [ir.Declare("acc", node.dtype, terms[0])]
     for k, term in enumerate(terms[1:], start=1):
         if not is_max:
