@@ -191,7 +191,7 @@ def _node_kernel(
     if isinstance(op, CustomKernel):
         return custom_launch(graph, node)
     if isinstance(op, ops.Contract | ops.SumReduce | ops.MaxReduce):
-        return reduce_kernel(graph, node, materialised, dims, columns=False)
+        return reduce_kernel(graph, node, materialised, dims)
     if isinstance(op, ops.Gather):
         return gather_kernel(graph, node, materialised, dims)
     if isinstance(op, ops.Scatter):

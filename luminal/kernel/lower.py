@@ -115,13 +115,14 @@ def elementwise_kernel(
 
 # ------------------------------------------------------------------------- reductions
 def reduce_kernel(
-    graph: Graph, node: Node, materialised: set[int], dims: Sequence[str], columns: bool = True
+    graph: Graph, node: Node, materialised: set[int], dims: Sequence[str], columns: bool = False
 ) -> ir.Kernel:
     """SumReduce/MaxReduce, or a Contract (sum of a product) without BLAS: one output
     element per outer iteration, producers fused into the inner loop; with `columns`, a
     reduction over a strided axis accumulates over contiguous output columns instead
-    (`_column_reduction`: the CPU's form; GPU lowering passes False, since its
-    work-items over the output already read consecutive columns at once)."""
+    (`_column_reduction`: a form for one thread vectorising across columns, which the
+    CPU asks for; GPU work-items over the output already read consecutive columns at
+    once, so a backend that does not ask gets the plain form)."""
     if len(getattr(node.op, "summed", ())) > 1:
         return _multi_sum_kernel(graph, node, materialised, dims)
     w = _writer(graph, node, materialised)

@@ -4,7 +4,7 @@ into a CompiledGraph."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from luminal import ops
 from luminal.backends.cpu import toolchain
@@ -108,7 +108,7 @@ def _kernel(graph: Graph, node: object, materialised: set[int], dims: list[str])
     """The IR of a materialised node's kernel (not a row group, not a BLAS call)."""
     op = node.op
     if isinstance(op, ops.Contract | ops.SumReduce | ops.MaxReduce):
-        return reduce_kernel(graph, node, materialised, dims)
+        return reduce_kernel(graph, node, materialised, dims, columns=True)
     if isinstance(op, ops.FusedAttention):
         return attention_kernel(graph, node, materialised, dims)
     if isinstance(op, ops.Gather):
@@ -127,9 +127,7 @@ def assemble(lowering: Lowering) -> CompiledGraph:
     kernel it replaced stays as it chose it."""
     kernels, materialised = dict(lowering.kernels), set(lowering.materialised)
     fuse_epilogues(lowering.graph, lowering.order, kernels, materialised, lowering.searched)
-    lowering = Lowering(
-        lowering.graph, lowering.inputs, lowering.order, kernels, materialised, lowering.dims
-    )
+    lowering = replace(lowering, kernels=kernels, materialised=materialised)
     graph = lowering.graph
     segments: list[Segment] = [Segment()]
     steps: list[tuple[int, list[int]]] = []
