@@ -10,7 +10,7 @@ matmul renders.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from luminal import ops
@@ -18,7 +18,8 @@ from luminal.dtype import DType
 from luminal.errors import LuminalError
 from luminal.graph import Edge, Graph
 from luminal.schedule.activation_probe import probe_activation
-from luminal.shape.expr import ONE, Expr
+from luminal.shape.expr import Expr
+from luminal.shape.expr import product as shape_product
 from luminal.shape.tracker import contiguous_strides
 
 
@@ -100,7 +101,9 @@ def match_consumer(
     head, computed = consumer_kernel
     node = graph.nodes[head]
     shape = tuple(node.shape)
-    if node.dtype != DType.float32 or _elements(shape) != _elements(graph.nodes[product].shape):
+    if node.dtype != DType.float32:
+        return None
+    if shape_product(shape) != shape_product(graph.nodes[product].shape):
         return None
     activation, scale = "none", 1.0
     if isinstance(node.op, ops.MaxReduce):  # relu: max over the pair (x, padding 0)
@@ -180,13 +183,6 @@ def match_epilogue(
             return None
     epilogue = Epilogue("row" if bias else "none", found.activation, residual is not None)
     return FusedEpilogue(found.consumer, epilogue, bias, residual)
-
-
-def _elements(shape: Sequence[Expr]) -> Expr:
-    total: Expr = ONE
-    for d in shape:
-        total = total * d
-    return total
 
 
 def _rows_merge(strides: list[int], shape: tuple) -> bool:
