@@ -15,8 +15,6 @@
 #include <omp.h>
 #include <string.h>
 
-void lm_sgemm(int, int, long long, long long, long long, const float*, long long, const float*,
-              long long, float*, long long, long long, long long);
 void lm_sgemm_ep(int, int, long long, long long, long long, const float*, long long,
                  const float*, long long, float*, long long, long long, long long, const float*,
                  const float*, const float*, int, float);
@@ -104,18 +102,6 @@ static void lm_gemv(long long m, long long n, long long k, const float* a, long 
     }
 }
 
-void lm_sgemm_rows(int ta, int tb, long long m, long long n, long long k, const float* a,
-                   long long lda, const float* b, long long ldb, float* c, long long ldc,
-                   long long width, long long stride)
-{
-    if (ta == LM_GV_NO_TRANS && tb == LM_GV_TRANS && m > 0 && m <= LM_GEMV_ROWS && k > 0 &&
-        n > 0 && (width <= 0 || width >= n)) {
-        lm_gemv(m, n, k, a, lda, b, ldb, c, ldc);
-        return;
-    }
-    lm_sgemm(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, width, stride);
-}
-
 /* lm_sgemm_rows with lm_sgemm_ep's epilogue (bias, residual, activation: a linear layer's
    reader fused into its product); on the few-row path applied to C once the dots are
    done (C is a few rows, still in cache) */
@@ -132,4 +118,12 @@ void lm_sgemm_rows_ep(int ta, int tb, long long m, long long n, long long k, con
     }
     lm_sgemm_ep(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, width, stride, row_bias, col_bias,
                 residual, act, scale);
+}
+
+void lm_sgemm_rows(int ta, int tb, long long m, long long n, long long k, const float* a,
+                   long long lda, const float* b, long long ldb, float* c, long long ldc,
+                   long long width, long long stride)
+{
+    /* nothing fused: no biases, no residual, LM_ACT_NONE, scale 1 */
+    lm_sgemm_rows_ep(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, width, stride, 0, 0, 0, 0, 1.0f);
 }
