@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from luminal.backends.cpu import program_cache, toolchain
-from luminal.backends.cpu.runtime import CompiledGraph
+from luminal.backends.cpu.runtime import CompiledGraph, debug_level
 from luminal.errors import CompileError
 from luminal.graph import Graph
 from luminal.search.budget import Deadline, TimeBudget
@@ -152,7 +152,7 @@ class CPUCompiler:
         if self.verify and not entry.verified:
             return None  # compiled (and verified) again, then stored as verified
         compiled = entry.compiled
-        compiled.debug = program_cache.debug_level()
+        compiled.debug = debug_level()
         try:
             compiled.build()
         except CompileError:

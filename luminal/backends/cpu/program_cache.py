@@ -183,12 +183,6 @@ def install(graph: Graph, entry: Entry) -> CompiledGraph:
     return compiled
 
 
-def debug_level() -> int:
-    """LUMINAL_DEBUG for a loaded program: set before it is built, since level 2's
-    per-kernel timing is compiled into the runner."""
-    return int(os.environ.get("LUMINAL_DEBUG", "0") or 0)
-
-
 class ProgramCache:
     """Entries under `directory`, one file each: MAGIC, the payload's SHA-256, payload (the
     pickled Entry, zlib-compressed). Nothing is evicted: clear the folder to reclaim it."""

@@ -205,7 +205,7 @@ class CompiledGraph:
         self.plans: dict[tuple[int, ...], RunPlan] = {}
         self.library: ctypes.CDLL | None = None
         self.runners: list[Any] = []
-        self.debug = int(os.environ.get("LUMINAL_DEBUG", "0") or 0)
+        self.debug = debug_level()
         self._forget_inputs()
 
     def _forget_inputs(self) -> None:
@@ -665,3 +665,9 @@ def _writeable(nodes: Sequence[int], arrays: Sequence[np.ndarray]) -> set[int]:
     """The inputs whose arrays numpy lets anyone write to (their data may change in place
     without a set(), so kernels reading them are never reused)."""
     return {n for n, a in zip(nodes, arrays, strict=True) if a.flags.writeable}
+
+
+def debug_level() -> int:
+    """LUMINAL_DEBUG, read when a program is made or loaded: set before it is built, since
+    level 2's per-kernel timing is compiled into the runner."""
+    return int(os.environ.get("LUMINAL_DEBUG", "0") or 0)
