@@ -45,27 +45,12 @@ COMPOUND = (ir.Alu, ir.Select, ir.Cast)
 def share_common(kernel: ir.Kernel) -> ir.Kernel:
     """`kernel` with every value read more than once by one statement computed once,
     into a `const` local declared just before that statement."""
-    names = _Names(ir.local_names(kernel.body))
+    names = ir.FreshNames(PREFIX, ir.local_names(kernel.body))
     body = _block(kernel.body, names)
     return kernel if body == kernel.body else dataclasses.replace(kernel, body=body)
 
 
-class _Names:
-    """Fresh local names `c1`, `c2`, ... that no name of the kernel uses."""
-
-    def __init__(self, used: set[str]) -> None:
-        self.used = used
-        self.count = 0
-
-    def fresh(self) -> str:
-        while True:
-            self.count += 1
-            name = f"{PREFIX}{self.count}"
-            if name not in self.used:
-                return name
-
-
-def _block(body: tuple[ir.Stmt, ...], names: _Names) -> tuple[ir.Stmt, ...]:
+def _block(body: tuple[ir.Stmt, ...], names: ir.FreshNames) -> tuple[ir.Stmt, ...]:
     out: list[ir.Stmt] = []
     for stmt in body:
         stmt = _nested(stmt, names)
@@ -79,7 +64,7 @@ def _block(body: tuple[ir.Stmt, ...], names: _Names) -> tuple[ir.Stmt, ...]:
     return tuple(out)
 
 
-def _nested(stmt: ir.Stmt, names: _Names) -> ir.Stmt:
+def _nested(stmt: ir.Stmt, names: ir.FreshNames) -> ir.Stmt:
     """`stmt` with the blocks it holds processed."""
     if isinstance(stmt, ir.Loop | ir.Scope):
         return dataclasses.replace(stmt, body=_block(stmt.body, names))
@@ -174,7 +159,7 @@ def _fields(value: ir.Value) -> tuple[Any, ...]:
 
 
 def _shared(
-    roots: list[ir.Value], names: _Names
+    roots: list[ir.Value], names: ir.FreshNames
 ) -> tuple[list[ir.Stmt], Callable[[ir.Value], ir.Value]]:
     """Declarations of the values read more than once by the roots, and a function that
     rewrites a value with those reads replaced by the locals."""

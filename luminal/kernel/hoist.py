@@ -62,7 +62,7 @@ class _Hoister:
     def __init__(self, kernel: ir.Kernel, safe: set[int], taken: set[str]) -> None:
         self.kernel = kernel
         self.safe = safe
-        self.taken = taken
+        self.names = ir.FreshNames(PREFIX, taken)
         self.count = 0
         # per loop level (a loop's var, "" for the kernel's top): the loads declared there
         self.levels: dict[str, dict[ir.Load, ir.Var]] = {}
@@ -178,17 +178,9 @@ class _Hoister:
         else:
             target = self.levels[loops[depth].var if depth >= 0 else ""]
         if load not in target:
-            target[load] = ir.Var(self.fresh(), load.dtype)
+            target[load] = ir.Var(self.names.fresh(), load.dtype)
             self.count += 1
         return target[load]
-
-    def fresh(self) -> str:
-        count = 1
-        while f"{PREFIX}{count}" in self.taken:
-            count += 1
-        name = f"{PREFIX}{count}"
-        self.taken.add(name)
-        return name
 
 
 def in_bounds(index: Expr, elements: Expr, extents: dict[str, Expr]) -> bool:

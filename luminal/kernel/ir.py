@@ -375,6 +375,23 @@ def local_names(body: tuple[Stmt, ...]) -> set[str]:
     return used
 
 
+class FreshNames:
+    """Local names `<prefix>1`, `<prefix>2`, ... that none of `used` (a kernel's
+    `local_names`) is: the names a pass gives the locals it adds."""
+
+    def __init__(self, prefix: str, used: set[str]) -> None:
+        self.prefix = prefix
+        self.used = used
+        self.count = 0
+
+    def fresh(self) -> str:
+        while True:
+            self.count += 1
+            name = f"{self.prefix}{self.count}"
+            if name not in self.used:
+                return name
+
+
 # ----------------------------------------------------------------------------- kernel
 @dataclass(frozen=True)
 class Param:
