@@ -14,6 +14,7 @@ from luminal.dtype import DType
 from luminal.kernel import ir
 from luminal.kernel.hoist import hoist_loads, in_bounds
 from luminal.kernel.indexing import loop_index
+from luminal.kernel.transforms import walk
 from luminal.shape.expr import less_than, sym, var
 
 
@@ -46,13 +47,7 @@ def _selects(node: object) -> list[ir.Select]:
 
 
 def _loads(node: object) -> list[ir.Load]:
-    if isinstance(node, ir.Load):
-        return [node]
-    if isinstance(node, tuple):
-        return [x for item in node for x in _loads(item)]
-    if hasattr(node, "__dataclass_fields__"):
-        return [x for f in node.__dataclass_fields__ for x in _loads(getattr(node, f))]
-    return []
+    return [x for x in walk(node) if isinstance(x, ir.Load)]
 
 
 def test_bias_load_leaves_the_pad_select_and_the_inner_loops() -> None:
