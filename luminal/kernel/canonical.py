@@ -80,14 +80,6 @@ def _fields(cls: type) -> tuple[str, ...]:
     return tuple(field.name for field in dataclasses.fields(cls))
 
 
-@functools.cache
-def _is_node(cls: type) -> bool:
-    """Instances of `cls` are IR nodes (dataclasses): once per type, since
-    `dataclasses.is_dataclass` on an enum member (a dtype) goes through the enum's slow
-    `__getattr__`, for every node visited."""
-    return dataclasses.is_dataclass(cls)
-
-
 class _Unknown(Exception):
     """A node type outside KNOWN: the kernel is left as lowered."""
 
@@ -140,7 +132,7 @@ def _names(body: tuple[ir.Stmt, ...]) -> tuple[list[str], set[str]]:
         if isinstance(node, Expr):
             taken.update(loop_name(v) for v in node.variables() if is_loop_index(v))
             return
-        if not _is_node(type(node)) or id(node) in seen:
+        if not ir.is_node_type(type(node)) or id(node) in seen:
             return
         seen.add(id(node))
         if type(node) not in KNOWN:
@@ -179,7 +171,7 @@ class _Rewriter:
         if isinstance(node, tuple):
             items = tuple(self.rewrite(item) for item in node)
             return node if all(a is b for a, b in zip(items, node, strict=True)) else items
-        if isinstance(node, Expr) or not _is_node(type(node)):
+        if isinstance(node, Expr) or not ir.is_node_type(type(node)):
             return node
         done = self.done.get(id(node))
         if done is None:
@@ -222,12 +214,12 @@ class _Rewriter:
         if isinstance(node, tuple):
             for item in node:
                 hasher.update(self.digest(item))
-        elif _is_node(type(node)):
+        elif ir.is_node_type(type(node)):
             for name in _fields(type(node)):
                 hasher.update(self.digest(getattr(node, name)))
         else:
             hasher.update(str(node).encode())
         digest = hasher.digest()
-        if _is_node(type(node)):  # alive as long as the kernel: ids stay theirs
+        if ir.is_node_type(type(node)):  # alive as long as the kernel: ids stay theirs
             self.digests[id(node)] = digest
         return digest

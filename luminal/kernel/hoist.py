@@ -139,7 +139,7 @@ class _Hoister:
             new = dataclasses.replace(node, cond=cond, a=a, b=b)
         elif isinstance(node, tuple):
             new = tuple(self.values(x, loops, before, conditional, done) for x in node)
-        elif not dataclasses.is_dataclass(node):
+        elif not ir.is_node_type(kind):
             new = node
         else:
             changes = {}

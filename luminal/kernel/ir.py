@@ -23,6 +23,8 @@ their scope.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
@@ -342,6 +344,14 @@ class Alloc(Stmt):
 @dataclass(frozen=True)
 class Free(Stmt):
     name: str
+
+
+@functools.cache
+def is_node_type(cls: type) -> bool:
+    """Instances of `cls` are IR nodes (dataclasses), for passes that walk any node:
+    once per type, since `dataclasses.is_dataclass` on an enum member (a dtype) goes
+    through the enum's slow `__getattr__`, for every node visited."""
+    return dataclasses.is_dataclass(cls)
 
 
 def blocks(stmt: Stmt) -> tuple[tuple[Stmt, ...], ...]:
