@@ -87,16 +87,22 @@ def match_consumer(
     kernels: Mapping[int, Collection[int]],
     materialised: Collection[int],
     product: int,
+    readers: Mapping[int, set[int]] | None = None,
+    outputs: Collection[int] | None = None,
 ) -> ConsumerSum | None:
     """The single reader kernel of `product` as a `ConsumerSum`, or None: several reader
     kernels, an output product, a consumer computing anything else. `kernels` maps each
-    kernel's head (the node it writes) to the nodes it computes."""
-    readers = graph.readers()[product]
+    kernel's head (the node it writes) to the nodes it computes; `readers` and `outputs`
+    are `graph.readers()` and `graph.output_roots()`, passed by a caller matching many
+    products (each is a walk over the whole graph)."""
+    product_readers = (graph.readers() if readers is None else readers)[product]
     consumer_kernel = None
     for head, computed in kernels.items():
-        if readers and readers <= set(computed) and head in materialised:
+        if product_readers and product_readers <= set(computed) and head in materialised:
             consumer_kernel = (head, computed)
-    if consumer_kernel is None or product in graph.output_roots():
+    if consumer_kernel is None:
+        return None
+    if product in (graph.output_roots() if outputs is None else outputs):
         return None
     head, computed = consumer_kernel
     node = graph.nodes[head]
@@ -122,7 +128,7 @@ def match_consumer(
         if view.offset != 0 or tuple(view.strides[:-1]) != tuple(contiguous_strides(node.shape)):
             return None
     elif not isinstance(node.op, ops.Add):  # an activation of the sum (product + terms)?
-        (top,) = readers if len(readers) == 1 else (None,)
+        (top,) = product_readers if len(product_readers) == 1 else (None,)
         if top is None or not isinstance(graph.nodes[top].op, ops.Add):
             return None
         if tuple(graph.nodes[top].shape) != shape:

@@ -47,6 +47,7 @@ def fuse_epilogues(
     `materialised`. Kernels whose head is in `keep` (a search option's) are left as
     they are."""
     keep = set(keep)
+    readers, outputs = graph.readers(), set(graph.output_roots())  # the graph stays as it is
     for product in order:
         kernel = kernels.get(product)
         if kernel is None or kernel.kernel is None or kernel.kernel.label != "sgemm":
@@ -54,7 +55,7 @@ def fuse_epilogues(
         if not isinstance(graph.nodes[product].op, ops.Contract):
             continue
         heads = {head: source.nodes for head, source in kernels.items()}
-        found = match_consumer(graph, heads, materialised, product)
+        found = match_consumer(graph, heads, materialised, product, readers, outputs)
         if found is None or found.consumer not in kernels or {product, found.consumer} & keep:
             continue
         fused = _fused(graph, kernel.kernel, found, kernels[found.consumer].nodes)
