@@ -224,7 +224,7 @@ class TrainStep:
             return None
         if self.accumulate > 1 or self.scaler is not None:
             return None
-        before = _ancestors(self.graph, self.loss.node_id)
+        before = set(self.graph.topological_order([self.loss.node_id]))
         if any(t.node_id not in before for t in self.outputs.values()):
             return None
         from luminal.distributed.data_parallel import ParameterShards
@@ -394,17 +394,6 @@ class TrainStep:
             if self.rank == 0 and (name.startswith("param.") or name == "optimizer.step"):
                 data[tensor.node_id] = np.array(stored[name], data[tensor.node_id].dtype)
         self.broadcast_state()
-
-
-def _ancestors(graph: Graph, node_id: int) -> set[int]:
-    """`node_id` and every node it is computed from."""
-    seen, todo = {node_id}, [node_id]
-    while todo:
-        for edge in graph.nodes[todo.pop()].inputs:
-            if edge.source not in seen:
-                seen.add(edge.source)
-                todo.append(edge.source)
-    return seen
 
 
 def _shard(arrays: Sequence[np.ndarray], communicator: Any) -> tuple[Sequence[np.ndarray], float]:
