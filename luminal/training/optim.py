@@ -12,7 +12,7 @@ operation by operation. See docs/training.md.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -120,23 +120,17 @@ class Optimizer:
     def step_graph(self, grads: Sequence[GraphTensor]) -> list[GraphTensor]:
         """Add one optimizer step to the graph: returns the new parameter values (kept),
         aligned with `params`. New state is kept too; call `apply()` after each run."""
-        if self._built:
-            raise GraphError(f"{type(self).__name__}.step_graph: already called for this graph")
-        grads = self._checked(grads, "step_graph")
-        with self.graph.atomic():
-            step = self._step + 1
-            self._carry.append((self._step, step))
-            t = step.cast(float32)
-            updates = []
+
+        def updates(grads: list[GraphTensor], t: GraphTensor) -> list[GraphTensor]:
+            out = []
             for index, (param, grad) in enumerate(zip(self.params, grads, strict=True)):
                 p = param.cast(float32)
                 new = self._update(index, p, grad.cast(float32), t).cast(param.dtype)
                 self._carry.append((param, new))
-                updates.append(new)
-            for _, new in self._carry:
-                new.keep()
-        self._built = True
-        return updates
+                out.append(new)
+            return out
+
+        return self._add_step(grads, "step_graph", updates)
 
     def step_graph_range(
         self, grads: Sequence[GraphTensor], start: int, stop: int
@@ -152,22 +146,17 @@ class Optimizer:
             raise LuminalError(
                 f"{type(self).__name__}.step_graph_range: the update is not elementwise"
             )
-        if self._built:
-            raise GraphError(f"{type(self).__name__}.step_graph_range: already built")
-        grads = self._checked(grads, "step_graph_range")
-        total = sum(int(np.prod([int(d) for d in p.shape], dtype=np.int64)) for p in self.params)
+        total = sum(_numel(p) for p in self.params)
         if not 0 <= start <= stop <= total:
             raise LuminalError(
                 f"{type(self).__name__}.step_graph_range: the range [{start}, {stop}) must "
                 f"satisfy 0 <= start <= stop <= {total} (the parameters' elements laid end to end)"
             )
-        with self.graph.atomic():
-            step = self._step + 1
-            self._carry.append((self._step, step))
-            t = step.cast(float32)
+
+        def updates(grads: list[GraphTensor], t: GraphTensor) -> list[GraphTensor]:
             pieces, offset = [], 0
             for index, (param, grad) in enumerate(zip(self.params, grads, strict=True)):
-                size = int(np.prod([int(d) for d in param.shape], dtype=np.int64))
+                size = _numel(param)
                 lo, hi = max(start, offset) - offset, min(stop, offset + size) - offset
                 offset += size
                 if lo >= hi:
@@ -176,10 +165,29 @@ class Optimizer:
                 p = param.reshape((size,))[lo:hi].cast(float32)
                 g = grad.reshape((size,))[lo:hi].cast(float32)
                 pieces.append(self._update(index, p, g, t).cast(param.dtype))
+            return pieces
+
+        return self._add_step(grads, "step_graph_range", updates)
+
+    def _add_step(
+        self,
+        grads: Sequence[GraphTensor],
+        method: str,
+        updates: Callable[[list[GraphTensor], GraphTensor], list[GraphTensor]],
+    ) -> list[GraphTensor]:
+        """The frame both step methods share: checks, the step counter and its carry, the
+        float32 step `t` that `updates(grads, t)` builds with, every carried value kept."""
+        if self._built:
+            raise GraphError(f"{type(self).__name__}.{method}: already called for this graph")
+        grads = self._checked(grads, method)
+        with self.graph.atomic():
+            step = self._step + 1
+            self._carry.append((self._step, step))
+            out = updates(grads, step.cast(float32))
             for _, new in self._carry:
                 new.keep()
         self._built = True
-        return pieces
+        return out
 
     def _checked(self, grads: Sequence[GraphTensor], method: str) -> list[GraphTensor]:
         """`grads` as a list, one per parameter, each in this graph and of its parameter's
@@ -512,6 +520,10 @@ def largest_or_zero(x: GraphTensor) -> GraphTensor:
         return x
     largest = x._reduce(ops.MaxReduce, None, False, "max")  # -inf over nothing
     return largest.maximum(0.0)
+
+
+def _numel(tensor: GraphTensor) -> int:
+    return int(np.prod([int(d) for d in tensor.shape], dtype=np.int64))
 
 
 def _stack_scalars(values: Sequence[GraphTensor]) -> GraphTensor:
