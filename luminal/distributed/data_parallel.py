@@ -205,13 +205,10 @@ class ParameterShards:
         make the vector's views the parameters' arrays (a collective: after compiling,
         whose verification runs write junk into this rank's range, and after
         `broadcast_state`)."""
-        offset = 0
-        for node_id, view in self.views:
-            lo, hi = max(self.start, offset), min(self.stop, offset + view.size)
+        for (node_id, _), offset, lo, hi in self._owned():
             if lo < hi:
                 flat = np.asarray(graph.input_data[node_id], np.float32).reshape(-1)
                 self.vector[lo:hi] = flat[lo - offset : hi - offset]
-            offset += view.size
         self.communicator.fence(fence_on, op="broadcast_state")
         for node_id, view in self.views:
             graph.input_data[node_id] = view
@@ -234,7 +231,8 @@ class ParameterShards:
     def gather_state(self, graph: Graph, states: dict[str, list[Any]]) -> dict[str, list]:
         """Every rank's ranges of the optimizer state joined into whole arrays shaped like
         the parameters (a collective): by kind, aligned with the parameters."""
-        ranges = list(zip(self._bounds(), self._bounds()[1:], strict=False))
+        bounds = self._bounds()
+        ranges = list(zip(bounds, bounds[1:], strict=False))
         longest = max(b - a for a, b in ranges)
         full: dict[str, list] = {}
         for kind, tensors in states.items():
@@ -252,12 +250,19 @@ class ParameterShards:
         kind, aligned with the parameters; the same on every rank)."""
         for kind, tensors in states.items():
             flat = np.concatenate([np.asarray(a, np.float32).reshape(-1) for a in full[kind]])
-            offset = 0
-            for (_, view), tensor in zip(self.views, tensors, strict=True):
-                lo, hi = max(self.start, offset), min(self.stop, offset + view.size)
+            for (_, _, lo, hi), tensor in zip(self._owned(), tensors, strict=True):
                 if tensor is not None:
                     graph.input_data[tensor.node_id] = flat[lo:hi].copy()
-                offset += view.size
+
+    def _owned(self) -> list[tuple[tuple[int, np.ndarray], int, int, int]]:
+        """Per parameter, in order: (its input and view, its offset in the vector, and the
+        part of this rank's range inside it as [lo, hi) of the vector: empty when lo >= hi)."""
+        out, offset = [], 0
+        for entry in self.views:
+            size = entry[1].size
+            out.append((entry, offset, max(self.start, offset), min(self.stop, offset + size)))
+            offset += size
+        return out
 
     def _bounds(self) -> list[int]:
         size, world = self.vector.size, self.communicator.world_size
