@@ -95,17 +95,13 @@ def max_pool(
     kernel, strides, dilations, pads, extra = _pool_geometry(
         x, dims, kernel_size, stride, padding, dilation, ceil_mode, op
     )
-    if math.prod(kernel) <= sum(kernel):
-        with x.graph.atomic():
-            padding_pairs = [(p, p + e) for p, e in zip(pads, extra, strict=True)]
+    padding_pairs = [(p, p + e) for p, e in zip(pads, extra, strict=True)]
+    with x.graph.atomic():
+        if math.prod(kernel) <= sum(kernel):
             windows = sliding_windows(x, kernel, strides, dilations, padding_pairs, -math.inf)
             return windows.max(tuple(range(x.ndim, x.ndim + dims)))
-    with x.graph.atomic():
         if any(pads) or any(extra):
-            x = x.pad(
-                [None] * (x.ndim - dims) + [(p, p + e) for p, e in zip(pads, extra, strict=True)],
-                -math.inf,
-            )
+            x = x.pad([None] * (x.ndim - dims) + padding_pairs, -math.inf)
         lead = x.ndim - dims
         for i in reversed(range(dims)):
             axis, nd = lead + i, x.ndim
