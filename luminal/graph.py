@@ -99,6 +99,9 @@ class Graph:
         # results computed from an input tells a new set() of the same array by it
         self.input_versions: dict[int, int] = {}
         self.set_count = 0  # set() calls so far
+        # inputs whose data is fixed for the graph's life (`kernel/constant_matrix.py`):
+        # set() refuses them, and the CPU backend folds their values into kernels
+        self.constant_inputs: set[int] = set()
         self.buffers: dict[int, np.ndarray] = {}
         self.retrieved: set[int] = set()
         self.kept: set[int] = set()
@@ -128,6 +131,7 @@ class Graph:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self.__dict__.setdefault("failed_run", None)
+        self.__dict__.setdefault("constant_inputs", set())
         self.__dict__.setdefault("carries", [])
         self.__dict__.setdefault("input_versions", {})
         self.__dict__.setdefault("set_count", 0)

@@ -94,6 +94,11 @@ class GraphTensor(UnaryOps, BinaryOps, MovementOps, ReductionOps, MatmulOps, Oth
                 f"set: only graph inputs (cx.tensor) take data; this tensor is a "
                 f"{node.op.name} of shape {self._shape_text()}"
             )
+        if node.id in self.graph.constant_inputs:
+            raise GraphError(
+                f"set: input '{node.op.label}' is a constant matrix (its values are "
+                f"compiled into kernels); build a new one instead"
+            )
         data = np.asarray(array)
         if data.dtype != self.dtype.numpy:
             if not (data.dtype.kind in "fiub" and _safe_cast(data.dtype, self.dtype)):

@@ -7,25 +7,24 @@ m + 2) with alpha^2 multiplications per (input channel, output channel) pair ins
 
     Y = A^T [ (G g G^T) . (B^T d B) ] A
 
-All four steps are matrix products, so they are written with `matmul` and lower to
-`lm_sgemm` on the CPU (and to each backend's matmul elsewhere; the reference runtime
-and autograd see ordinary ops):
+The four steps are contractions, written with ordinary ops (the reference runtime,
+autograd and the GPU backends see matrix products):
 
 - the input tiles are overlapping windows of the padded input (`pool_last_dim` at
-  stride m: a view), read as an (alpha^2, C * tiles) matrix and multiplied by
-  kron(B^T, B^T): the product packs the windows straight from the padded input, one pass;
+  stride m), copied as an (alpha^2, C * tiles) matrix (2.25x the input for F(4x4)) so
+  that each row is one unit-stride run, then multiplied by kron(B^T, B^T);
 - the weight transform kron(G, G) (alpha^2 x 9) @ g reads only the weight, so the
   runtime, which keeps kernels of unchanging read-only inputs (`backends/cpu/
   invariants.py`), computes it once;
 - alpha^2 products (Cout, Cin) @ (Cin, tiles), one per tile position: the FLOPs left;
-- the output transform, (Cout * tiles, alpha^2) @ kron(A^T, A^T)^T (F(2x2): kron(A^T, A^T)
-  @ (alpha^2, Cout * tiles)), then a view to NCHW and a crop, which the next elementwise
-  kernel (bias, activation) reads in place.
+- the output transform kron(A^T, A^T) contracted with the products straight into NCHW
+  order (no copy; a crop view where the tiles overhang).
 
-The transforms were also tried as sums of scaled views (the matrices are mostly 0 and
-+-1): joined with `concat` they render as nested conditionals, and as broadcast columns
-the two 1-D passes fuse into 36 strided loads per value; both were 3x slower than these
-products (docs/layers.md has the measurements and the error against im2col).
+kron(B^T, B^T) and kron(A^T, A^T) are constant matrices (`schedule/constant_matrix.py`):
+their values are fixed when the graph is built, so the CPU backend renders those two
+contractions as straight-line sums with the values folded in (`kernel/
+constant_contract.py`) instead of compute-bound dense products. docs/layers.md has
+the measurements, what was tried, and the error against im2col.
 """
 
 from __future__ import annotations
@@ -38,6 +37,7 @@ import numpy as np
 
 from luminal.dtype import DType
 from luminal.graph import Graph
+from luminal.schedule.constant_matrix import constant_matrix
 from luminal.shape.expr import Expr
 from luminal.tensor import GraphTensor
 
@@ -154,14 +154,14 @@ def worthwhile(in_channels: int, out_channels: int, out_sizes: Sequence[int]) ->
     return transforms if tiles_per_image(transforms, out_sizes) >= MIN_TILES else None
 
 
-def _kron(graph: Graph, matrix: np.ndarray, name: str) -> GraphTensor:
-    """kron(matrix, matrix), the 2-D transform of a 1-D one, as float32 held by the graph
-    as an input with its data (as ONNX initializers are), read-only: the runtime keeps
-    kernels that read only unchanging read-only inputs (the weight transform) instead of
-    running them again."""
-    data = np.kron(matrix, matrix).astype(np.float32)
+def _weight_transform(graph: Graph, transforms: Transforms) -> GraphTensor:
+    """kron(G, G) as an ordinary read-only input (as ONNX initializers are), not a constant
+    matrix: its product reads the weight at stride 9, which sgemm packs faster than the
+    straight-line sums read it, and the runtime keeps kernels that read only unchanging
+    read-only inputs, so for fixed weights it runs once."""
+    data = np.kron(transforms.g, transforms.g).astype(np.float32)
     data.setflags(write=False)
-    return graph.tensor(data.shape, name=name).set(data)
+    return graph.tensor(data.shape, name="winograd_G").set(data)
 
 
 def winograd_conv2d(
@@ -190,24 +190,27 @@ def winograd_conv2d(
     )
     windows = padded.pool_last_dim(alpha, tile)  # (N, C, Hp, tiles_w, alpha_w)
     windows = windows.permute((0, 1, 3, 4, 2)).pool_last_dim(alpha, tile)
-    # (N, C, tiles_w, alpha_w, tiles_h, alpha_h) -> (alpha_h * alpha_w, C * N * tiles)
+    # (N, C, tiles_w, alpha_w, tiles_h, alpha_h) -> (alpha_h * alpha_w, C * N * tiles),
+    # copied (2.25x the input): each row is then one unit-stride run the transform's
+    # loop vectorises over
     positions = n * tiles[0] * tiles[1]
-    d = windows.permute((5, 3, 1, 0, 4, 2)).reshape((alpha * alpha, channels * positions))
-    v = _kron(graph, transforms.bt, "winograd_BT").matmul(d)
+    d = windows.permute((5, 3, 1, 0, 4, 2)).contiguous()
+    d = d.reshape((1, alpha * alpha, channels * positions))
+    bt = constant_matrix(graph, np.kron(transforms.bt, transforms.bt), "winograd_BT")
+    # V = kron(B^T, B^T) @ d: a constant-matrix contraction, straight-line sums over
+    # the columns
+    v = (bt.reshape((alpha * alpha, alpha * alpha, 1)) * d).sum(1)
     v = v.reshape((alpha * alpha, channels, positions))
     g = weight.permute((2, 3, 0, 1)).reshape((9, out_channels * channels))
-    u = _kron(graph, transforms.g, "winograd_G").matmul(g)
+    u = _weight_transform(graph, transforms).matmul(g)
     u = u.reshape((alpha * alpha, out_channels, channels))
-    m = u.matmul(v).reshape((alpha * alpha, out_channels * positions))
-    at = _kron(graph, transforms.at, "winograd_AT")
-    if tile * tile >= 16:  # (K * tiles, alpha^2) @ (alpha^2, m^2): m^2 output columns
-        y = m.permute((1, 0)).matmul(at.permute((1, 0)))
-        # (K, N, tiles_h, tiles_w, m, m) -> (N, K, tiles_h, m, tiles_w, m) -> NCHW
-        y = y.reshape((out_channels, n, tiles[0], tiles[1], tile, tile)).permute((1, 0, 2, 4, 3, 5))
-    else:  # F(2x2): 4 columns would fill a quarter of sgemm's 16-wide panels (1.15 ->
-        # 0.36 ms on 7x7x512) so (m^2, alpha^2) @ (alpha^2, K * tiles) instead
-        y = at.matmul(m).reshape((tile, tile, out_channels, n, tiles[0], tiles[1]))
-        y = y.permute((3, 2, 4, 0, 5, 1))
+    m = u.matmul(v).reshape((alpha * alpha, out_channels, n, *tiles))
+    # Y[n, k, th, i, tw, j] = sum_q kron(A^T, A^T)[(i, j), q] M[q, k, n, th, tw]: the
+    # output transform writes NCHW itself, so its readers index it without / and %
+    at = constant_matrix(graph, np.kron(transforms.at, transforms.at), "winograd_AT")
+    at = at.reshape((1, 1, 1, tile, 1, tile, alpha * alpha))
+    m = m.permute((2, 1, 3, 4, 0)).unsqueeze(3).unsqueeze(5)  # (N, K, th, 1, tw, 1, q)
+    y = (at * m).sum(-1)
     y = y.reshape((n, out_channels, tiles[0] * tile, tiles[1] * tile))
     if [t * tile for t in tiles] != out_sizes:
         y = y.slice([None, None, (0, out_sizes[0]), (0, out_sizes[1])])

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from luminal import ops
 from luminal.custom import CustomKernel
 from luminal.graph import Graph
+from luminal.schedule.constant_matrix import constant_contract
 from luminal.schedule.contraction import blas_gathered, is_blas_contract, is_loop_contract
 from luminal.shape.tracker import Pool
 
@@ -136,10 +137,16 @@ def _inline_or_materialise(graph: Graph) -> FusionPlan:
     root_set = set(roots)
     # ops that need their operands as whole buffers (Python functions, BLAS operands; a
     # BLAS operand copied from a strided view is read where the copy reads: `gathered`)
-    gathered = blas_gathered(graph, order)
+    # a constant-matrix contraction reads its other operand as a buffer, never gathered
+    constant = {n for n in order if constant_contract(graph, graph.nodes[n]) is not None}
+    gathered = blas_gathered(graph, [n for n in order if n not in constant])
     for node_id in order:
         node = graph.nodes[node_id]
-        if is_blas_contract(node) or isinstance(node.op, ops.Function | ops.Scatter | CustomKernel):
+        if node_id in constant:
+            root_set.update(e.source for e in node.inputs)
+        elif is_blas_contract(node) or isinstance(
+            node.op, ops.Function | ops.Scatter | CustomKernel
+        ):
             root_set.update(gathered.get(e.source, e.source) for e in node.inputs)
     # an attention's additive mask is recomputed per head inside its kernel, never an
     # (L, S) buffer (an iota's causal mask costs an index comparison per score)

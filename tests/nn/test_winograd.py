@@ -38,7 +38,7 @@ def _winograd_tiles(graph: lm.Graph) -> list[int]:
     return [
         int(round(node.shape[0].as_int() ** 0.5))
         for node in graph.nodes.values()
-        if isinstance(node.op, ops.Input) and node.op.label == "winograd_BT"
+        if isinstance(node.op, ops.Input) and node.op.label.split("#")[0] == "winograd_BT"
     ]
 
 

@@ -17,6 +17,7 @@ from luminal.custom import CustomKernel
 from luminal.graph import Graph
 from luminal.kernel import ir
 from luminal.kernel.attention import attention_kernel
+from luminal.kernel.constant_contract import constant_contract_kernel
 from luminal.kernel.indexing import dims_of
 from luminal.kernel.lower import (
     NotRowLocal,
@@ -80,6 +81,10 @@ def lower_kernels(
     for node_id in order:
         node = graph.nodes[node_id]
         if node_id in kernels or isinstance(node.op, ops.Function):
+            continue
+        constant = constant_contract_kernel(graph, node, materialised, dims)
+        if constant is not None:
+            kernels[node_id] = kernel_source(constant, renderer)
             continue
         if blas and isinstance(node.op, ops.Contract) and is_blas_contract(node):
             sgemm = blas_contract_kernel(graph, node, materialised, dims)

@@ -1,0 +1,112 @@
+"""Contractions with a constant matrix (`schedule/constant_matrix.py`,
+`kernel/constant_contract.py`): the straight-line kernel against numpy's dense product,
+with the matrix on either side and read through views; constants refuse new data; two
+graphs differing only in the constant's values never share a program; data changed
+behind the graph's back falls back to the ordinary product; the inf / NaN consequence
+of skipping zero coefficients."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import luminal as lm
+from luminal.backends.cpu import program_cache
+from luminal.errors import GraphError
+from luminal.schedule.constant_matrix import constant_matrix
+
+
+def _matrix(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
+    """Zeros, +-1 and other values, as the Winograd transforms have."""
+    choices = np.array([0, 0, 0, 1, -1, 0.5, -2.5, 1 / 3], dtype=np.float32)
+    return rng.choice(choices, size=(rows, cols)).astype(np.float32)
+
+
+def _kernel_names(graph: lm.Graph) -> list[str]:
+    return [k.name for segment in graph.compiled.segments for k in segment.kernels]
+
+
+def _left(graph: lm.Graph, c: lm.GraphTensor, x: lm.GraphTensor, cols: int) -> lm.GraphTensor:
+    """c (rows, k) @ x (k, a, b) with the columns' axes kept apart."""
+    rows, k = (int(d.as_int()) for d in c.view.shape)
+    return (c.reshape((rows, k, 1, 1)) * x.reshape((1, k, 3, cols))).sum(1)
+
+
+def test_left_product_matches_numpy(rng):
+    matrix, data = _matrix(rng, 16, 36), rng.standard_normal((36, 3, 37)).astype(np.float32)
+    cx = lm.Graph()
+    c = constant_matrix(cx, matrix, "c")
+    y = _left(cx, c, cx.tensor((36, 3, 37)).set(data), 37).retrieve()
+    cx.compile(lm.CPUCompiler())
+    cx.execute()
+    assert any("constmat" in name for name in _kernel_names(cx))
+    want = np.einsum("mq,qab->mab", matrix.astype(np.float64), data)
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_right_product_through_views_matches_numpy(rng):
+    """x (n, k) @ c^T with c read through a permute: the matrix is the second operand and
+    its rows are an output axis that is not the last."""
+    matrix, data = _matrix(rng, 6, 20), rng.standard_normal((50, 20)).astype(np.float32)
+    cx = lm.Graph()
+    c = constant_matrix(cx, matrix, "c")
+    y = cx.tensor((50, 20)).set(data).matmul(c.permute((1, 0))).permute((1, 0)) * 1.0
+    y = y.retrieve()
+    cx.compile(lm.CPUCompiler())
+    cx.execute()
+    assert any("constmat" in name for name in _kernel_names(cx))
+    np.testing.assert_allclose(y.numpy(), (data @ matrix.T).T, rtol=1e-5, atol=1e-5)
+
+
+def test_constant_refuses_new_data(rng):
+    cx = lm.Graph()
+    c = constant_matrix(cx, _matrix(rng, 4, 4), "c")
+    with pytest.raises(GraphError, match="constant matrix"):
+        c.set(np.zeros((4, 4), np.float32))
+
+
+def test_other_values_give_another_program_key(rng):
+    """The program cache keys on the graph's structure: the digest in the label makes
+    two graphs that differ only in the constant's values differ there."""
+    data = rng.standard_normal((36, 3, 5)).astype(np.float32)
+    keys = []
+    for matrix in (_matrix(rng, 8, 36), _matrix(rng, 8, 36)):
+        cx = lm.Graph()
+        _left(cx, constant_matrix(cx, matrix, "c"), cx.tensor((36, 3, 5)).set(data), 5).retrieve()
+        keys.append(program_cache.structure(cx))
+    assert keys[0] != keys[1]
+
+
+def test_data_changed_behind_the_graph_is_not_folded(rng):
+    """Data replaced without set() no longer matches the label's digest: lowering takes
+    the ordinary product, which reads the new values."""
+    matrix, data = _matrix(rng, 8, 36), rng.standard_normal((36, 3, 5)).astype(np.float32)
+    other = _matrix(rng, 8, 36)
+    cx = lm.Graph()
+    c = constant_matrix(cx, matrix, "c")
+    y = _left(cx, c, cx.tensor((36, 3, 5)).set(data), 5).retrieve()
+    cx.input_data[c.node_id] = other
+    cx.compile(lm.CPUCompiler())
+    cx.execute()
+    assert not any("constmat" in name for name in _kernel_names(cx))
+    want = np.einsum("mq,qab->mab", other.astype(np.float64), data)
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_zero_coefficients_skip_infinities():
+    """An inf in the long operand reaches only the outputs with a nonzero coefficient
+    for it; the dense product would make the others NaN (0 * inf)."""
+    matrix = np.array([[1, 0], [0, 2]], dtype=np.float32)
+    cx = lm.Graph()
+    c = constant_matrix(cx, matrix, "c")
+    x = cx.tensor((2, 3, 4)).set(np.ones((2, 3, 4), np.float32))
+    y = _left(cx, c, x, 4).retrieve()
+    cx.compile(lm.CPUCompiler())
+    data = np.ones((2, 3, 4), np.float32)
+    data[1, 0, 0] = np.inf
+    x.set(data)
+    cx.execute()
+    out = y.numpy()
+    assert out[0, 0, 0] == 1.0 and out[1, 0, 0] == np.inf
+    with np.errstate(invalid="ignore"):
+        assert np.isnan(matrix.astype(np.float64) @ data[:, 0, 0]).any()
