@@ -100,9 +100,12 @@ F2 = Transforms(
 
 # "auto" takes Winograd when both channel counts and the tiles per image reach these:
 # below them the transforms' memory traffic outweighs the saved products (ResNet-18's
-# convolutions at batch 8, 1 thread: 56x56x64 is 1.2x slower than im2col, 28x28x128
-# 0.8x, 14x14x256 0.7x, 7x7x512 with F(2x2) 0.8x; see docs/layers.md)
-MIN_CHANNELS = 128
+# convolutions at batch 8, 1 thread, conv + bias + ReLU kernels: 56x56x64 7.2 ms against
+# im2col's 9.5, 28x28x128 4.8 / 8.4, 14x14x256 4.8 / 8.2, 7x7x512 with F(2x2) 6.3 / 8.6;
+# see docs/layers.md)
+MIN_CHANNELS = 64
+# zero channels appended to the transforms' rows (see winograd_conv2d)
+SKEW = 1
 MIN_TILES = 16
 
 
@@ -191,20 +194,25 @@ def winograd_conv2d(
     windows = padded.pool_last_dim(alpha, tile)  # (N, C, Hp, tiles_w, alpha_w)
     windows = windows.permute((0, 1, 3, 4, 2)).pool_last_dim(alpha, tile)
     # (N, C, tiles_w, alpha_w, tiles_h, alpha_h) -> (alpha_h * alpha_w, C * N * tiles),
-    # copied (2.25x the input): each row is then one unit-stride run the transform's
-    # loop vectorises over
+    # copied (2.25x the input): each row is then one unit-stride run the transforms'
+    # loops vectorise over. The alpha^2 rows of V and of M are SKEW channels longer
+    # than C * N * tiles: rows a multiple of 4 KiB apart (ResNet's at batch 8) put the
+    # transforms' 36 streams in one L1 set (56x56x64 input transform 2.7 -> 1.4 ms)
     positions = n * tiles[0] * tiles[1]
-    d = windows.permute((5, 3, 1, 0, 4, 2)).contiguous()
-    d = d.reshape((1, alpha * alpha, channels * positions))
+    d = windows.permute((5, 3, 1, 0, 4, 2)).pad([None, None, (0, SKEW), None, None, None])
+    d = d.contiguous()
+    d = d.reshape((1, alpha * alpha, (channels + SKEW) * positions))
     bt = constant_matrix(graph, np.kron(transforms.bt, transforms.bt), "winograd_BT")
     # V = kron(B^T, B^T) @ d: a constant-matrix contraction, straight-line sums over
     # the columns
     v = (bt.reshape((alpha * alpha, alpha * alpha, 1)) * d).sum(1)
-    v = v.reshape((alpha * alpha, channels, positions))
-    g = weight.permute((2, 3, 0, 1)).reshape((9, out_channels * channels))
+    v = v.reshape((alpha * alpha, channels + SKEW, positions)).slice([None, (0, channels)])
+    g = weight.pad([(0, SKEW), None, None, None]).permute((2, 3, 0, 1))
+    g = g.reshape((9, (out_channels + SKEW) * channels))
     u = _weight_transform(graph, transforms).matmul(g)
-    u = u.reshape((alpha * alpha, out_channels, channels))
-    m = u.matmul(v).reshape((alpha * alpha, out_channels, n, *tiles))
+    u = u.reshape((alpha * alpha, out_channels + SKEW, channels))
+    m = u.matmul(v).reshape((alpha * alpha, out_channels + SKEW, n, *tiles))
+    m = m.slice([None, (0, out_channels)])
     # Y[n, k, th, i, tw, j] = sum_q kron(A^T, A^T)[(i, j), q] M[q, k, n, th, tw]: the
     # output transform writes NCHW itself, so its readers index it without / and %
     at = constant_matrix(graph, np.kron(transforms.at, transforms.at), "winograd_AT")
