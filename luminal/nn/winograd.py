@@ -201,12 +201,13 @@ def winograd_conv2d(
     positions = n * tiles[0] * tiles[1]
     d = windows.permute((5, 3, 1, 0, 4, 2)).pad([None, None, (0, SKEW), None, None, None])
     d = d.contiguous()
-    d = d.reshape((1, alpha * alpha, (channels + SKEW) * positions))
+    d = d.reshape((1, alpha * alpha, channels + SKEW, positions))
     bt = constant_matrix(graph, np.kron(transforms.bt, transforms.bt), "winograd_BT")
     # V = kron(B^T, B^T) @ d: a constant-matrix contraction, straight-line sums over
     # the columns
-    v = (bt.reshape((alpha * alpha, alpha * alpha, 1)) * d).sum(1)
-    v = v.reshape((alpha * alpha, channels + SKEW, positions)).slice([None, (0, channels)])
+    # (the channel axis kept: the kernel's threads take channels, its SIMD lanes tiles)
+    v = (bt.reshape((alpha * alpha, alpha * alpha, 1, 1)) * d).sum(1)
+    v = v.slice([None, (0, channels)])
     g = weight.pad([(0, SKEW), None, None, None]).permute((2, 3, 0, 1))
     g = g.reshape((9, (out_channels + SKEW) * channels))
     u = _weight_transform(graph, transforms).matmul(g)
