@@ -234,7 +234,8 @@ def _winograd_transforms(
         return pick(sizes)
     channels = int(x.view.shape[x.ndim - 3].as_int())  # type: ignore[arg-type]
     out_channels = int(weight.view.shape[0].as_int())  # type: ignore[arg-type]
-    return worthwhile(channels, out_channels, sizes)
+    batch = x.view.shape[0].as_int() if x.ndim == len(kernel) + 2 else 1
+    return worthwhile(channels, out_channels, sizes, batch)
 
 
 def _weight_and_bias(

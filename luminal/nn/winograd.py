@@ -107,6 +107,11 @@ MIN_CHANNELS = 64
 # zero channels appended to the transforms' rows (see winograd_conv2d)
 SKEW = 1
 MIN_TILES = 16
+# ... and the batch this many tiles: the alpha^2 products are (Cout, Cin) @ (Cin, tiles),
+# too narrow below it (1 thread: 7x7x512 F(2x2) at batch 2, 32 tiles, 3.9 ms against
+# im2col's 2.8, at batch 4 4.3 against 5.0; 14x14x256 at batch 2 2.3 / 2.2; 28x28x128
+# at batch 1, 49 tiles, 0.76 / 1.06)
+MIN_BATCH_TILES = 48
 
 
 def applicable(
@@ -147,14 +152,20 @@ def pick(out_sizes: Sequence[int]) -> Transforms:
     return F4 if tiles_per_image(F4, out_sizes) >= MIN_TILES else F2
 
 
-def worthwhile(in_channels: int, out_channels: int, out_sizes: Sequence[int]) -> Transforms | None:
+def worthwhile(
+    in_channels: int, out_channels: int, out_sizes: Sequence[int], batch: int | None = None
+) -> Transforms | None:
     """The "auto" rule: the transforms to use, or None for im2col. Winograd needs enough
     channels for the products to outweigh the transforms' memory traffic, and enough
-    tiles per image for those products to fill sgemm's blocks."""
+    tiles per image and in the whole batch (when its size is known) for those products
+    to fill sgemm's blocks."""
     transforms = pick(out_sizes)
     if min(in_channels, out_channels) < MIN_CHANNELS:
         return None
-    return transforms if tiles_per_image(transforms, out_sizes) >= MIN_TILES else None
+    tiles = tiles_per_image(transforms, out_sizes)
+    if batch is not None and batch * tiles < MIN_BATCH_TILES:
+        return None
+    return transforms if tiles >= MIN_TILES else None
 
 
 def _weight_transform(graph: Graph, transforms: Transforms) -> GraphTensor:

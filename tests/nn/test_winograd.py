@@ -95,16 +95,19 @@ def test_gradients_match_torch(rng, compiled):
 
 def test_auto_picks_winograd_only_where_worthwhile(rng):
     cx = lm.Graph()
-    conv(cx.tensor((1, 128, 16, 16)), cx.tensor((128, 128, 3, 3)), padding=1)  # 16 tiles
-    conv(cx.tensor((1, 128, 7, 7)), cx.tensor((128, 128, 3, 3)), padding=1)  # 4, or 16 of 2x2
-    assert _winograd_tiles(cx) == [F4.alpha, F2.alpha]
+    conv(cx.tensor((3, 128, 16, 16)), cx.tensor((128, 128, 3, 3)), padding=1)  # 16 tiles
+    conv(cx.tensor((3, 128, 7, 7)), cx.tensor((128, 128, 3, 3)), padding=1)  # 4, or 16 of 2x2
+    conv(cx.tensor(("n", 128, 7, 7)), cx.tensor((128, 128, 3, 3)), padding=1)  # batch unknown
+    assert _winograd_tiles(cx) == [F4.alpha, F2.alpha, F2.alpha]
     for x_shape, w_shape, kwargs in [
-        ((1, 128, 5, 5), (128, 128, 3, 3), dict(padding=1)),  # 9 tiles of 2x2
-        ((1, 32, 16, 16), (128, 32, 3, 3), dict(padding=1)),  # few input channels
-        ((1, 128, 16, 16), (32, 128, 3, 3), dict(padding=1)),  # few output channels
-        ((1, 128, 16, 16), (128, 128, 3, 3), dict(padding=1, stride=2)),
-        ((1, 128, 16, 16), (128, 128, 3, 3), dict(padding=1, algorithm="im2col")),
-        ((1, 128, 16, 16), (128, 128, 5, 5), dict(padding=2)),
+        ((8, 128, 5, 5), (128, 128, 3, 3), dict(padding=1)),  # 9 tiles of 2x2
+        ((2, 128, 16, 16), (128, 128, 3, 3), dict(padding=1)),  # 32 tiles in the batch
+        ((128, 16, 16), (128, 128, 3, 3), dict(padding=1)),  # unbatched: 16 tiles
+        ((4, 32, 16, 16), (128, 32, 3, 3), dict(padding=1)),  # few input channels
+        ((4, 128, 16, 16), (32, 128, 3, 3), dict(padding=1)),  # few output channels
+        ((4, 128, 16, 16), (128, 128, 3, 3), dict(padding=1, stride=2)),
+        ((4, 128, 16, 16), (128, 128, 3, 3), dict(padding=1, algorithm="im2col")),
+        ((4, 128, 16, 16), (128, 128, 5, 5), dict(padding=2)),
     ]:
         cx = lm.Graph()
         conv(cx.tensor(x_shape), cx.tensor(w_shape), **kwargs)
@@ -149,7 +152,7 @@ def test_onnx_conv_takes_winograd_and_equals_onnxruntime(rng):
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Conv2d(128, 128, 3, padding=1), torch.nn.ReLU())
-    x = rng.standard_normal((2, 128, 16, 16)).astype(np.float32)
+    x = rng.standard_normal((3, 128, 16, 16)).astype(np.float32)  # 48 tiles
     onnx_model = export_onnx(model, (torch.from_numpy(x),), ["images"], {})
     cx = lm.Graph()
     inputs, outputs = lm.onnx.load(onnx_model, cx)
