@@ -96,8 +96,20 @@ def constant_contract(graph: Graph, node: Node) -> ConstantContract | None:
 def _coefficients(
     edge: Edge, data: np.ndarray, shape: tuple, rows: list[int], axis: int, sizes: list
 ) -> np.ndarray | None:
-    """The constant operand as a (rows, summed) float32 matrix read through its view."""
+    """The constant operand as a (rows, summed) float32 matrix read through its view:
+    from the view's integer strides, or element by element through its index and
+    validity expressions (a masked or merged view)."""
     flat_data = data.reshape(-1)
+    view = edge.view
+    strides = [view.strides[d].as_int() for d in (*rows, axis)]
+    offset = view.offset.as_int()
+    if view.mask is None and offset is not None and None not in strides:
+        flat = np.full(sizes, offset, dtype=np.int64)
+        for position, (size, stride) in enumerate(zip(sizes, strides, strict=True)):
+            step = [1] * len(sizes)
+            step[position] = size
+            flat = flat + (np.arange(size) * stride).reshape(step)
+        return flat_data[flat].reshape(-1, sizes[-1]).astype(np.float32)
     matrix = np.zeros((int(np.prod(sizes[:-1])), sizes[-1]), dtype=np.float32)
     for position, row in enumerate(np.ndindex(*sizes[:-1])):
         for q in range(sizes[-1]):
@@ -105,8 +117,8 @@ def _coefficients(
             for d, r in zip(rows, row, strict=True):
                 index[d] = sym(r)
             index[axis] = sym(q)
-            valid = edge.view.valid_expression(index).as_int()
-            flat = edge.view.index_expression(index).as_int()
+            valid = view.valid_expression(index).as_int()
+            flat = view.index_expression(index).as_int()
             if valid is None or flat is None:
                 return None
             matrix[position, q] = flat_data[flat] if valid else 0.0

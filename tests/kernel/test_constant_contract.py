@@ -58,6 +58,22 @@ def test_right_product_through_views_matches_numpy(rng):
     np.testing.assert_allclose(y.numpy(), (data @ matrix.T).T, rtol=1e-5, atol=1e-5)
 
 
+def test_padded_constant_matches_numpy(rng):
+    """The matrix read through a padded (masked) view: its coefficients are taken element
+    by element through the view's validity, the padding's as zeros."""
+    matrix, data = _matrix(rng, 5, 6), rng.standard_normal((8, 3, 7)).astype(np.float32)
+    cx = lm.Graph()
+    c = constant_matrix(cx, matrix, "c").pad([None, (1, 1)])
+    y = _left(cx, c, cx.tensor((8, 3, 7)).set(data), 7).retrieve()
+    cx.compile(lm.CPUCompiler())
+    cx.execute()
+    assert any("constmat" in name for name in _kernel_names(cx))
+    padded = np.pad(matrix, ((0, 0), (1, 1))).astype(np.float64)
+    np.testing.assert_allclose(
+        y.numpy(), np.einsum("mq,qab->mab", padded, data), rtol=1e-5, atol=1e-5
+    )
+
+
 def test_constant_refuses_new_data(rng):
     cx = lm.Graph()
     c = constant_matrix(cx, _matrix(rng, 4, 4), "c")
