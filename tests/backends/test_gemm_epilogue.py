@@ -61,8 +61,9 @@ def expected(a, b, tb, row_bias, col_bias, residual, act, scale=1.0):  # noqa: A
 
 
 # the BLAS (5 x 7 x 3), the packed kernel with edge tiles (17 x 97 x 300, 64 x 200 x 129),
-# K in two blocks (40 x 49 x 600), split K on two threads (5 x 7 x 5000)
-SHAPES = [(5, 7, 3), (17, 97, 300), (64, 200, 129), (40, 48, 600), (5, 7, 5000)]
+# K in two blocks (40 x 49 x 600), split K on two threads (5 x 7 x 5000), more rows than
+# columns with K in three blocks (each row panel through all of K, edge tiles both ways)
+SHAPES = [(5, 7, 3), (17, 97, 300), (64, 200, 129), (40, 48, 600), (5, 7, 5000), (203, 101, 1000)]
 KINDS = ["row", "col", "residual", "relu", "gelu", "all"]
 
 

@@ -32,6 +32,10 @@ void LM_BLAS_SGEMM(int, int, int, int, int, int, float, const float*, int, const
 #define LM_KC 384 /* K per block at most, blocks of equal size: a K of 384 (MiniLM) is one
                      block, C written once (blocks of 256 + 128 read C back: 4096 x 1536 x
                      384 21.4-22.5 -> 19.8-20.1 ms), a task's B block (8 panels) in L2 */
+#define LM_WHOLE_K_BYTES (3LL << 20) /* B of all of K for a task (lm_whole_k_task) at most:
+                                        4096 x 384 x 1536 (8 panels, 2.4 MiB, from L3 with
+                                        the K blocks' C tiles in L1) 22.1-23.0 -> 20.3 ms,
+                                        capped at 640 KiB (2 panels, in L2) 21.2-21.3 */
 #define LM_TASK_PANELS 8         /* at most 8 column panels per task (B block in L2) */
 #define LM_MIN_WORK (1LL << 18)  /* below m * n * k of this, the BLAS call is as fast */
 #define LM_MIN_ROWS 4 /* from 4 rows (a tile's rows past m are zeros) faster than MKL: 6 x
@@ -178,6 +182,14 @@ static inline __attribute__((always_inline)) void lm_tile_body(
     long long j, int rows, int cols, int add, int finish)
 {
     const int full = rows == LM_MR && cols == LM_NR && j % out->width + LM_NR <= out->width;
+    if (add && full) {
+        /* C's rows are ldc apart (no prefetcher fetches them), read back after the
+           previous K block: asked for now, they arrive while the tile multiplies */
+        const float* q = lm_out_at(out, i, j);
+        for (int row = 0; row < LM_MR; row++)
+            for (int x = 0; x < LM_NR; x += 64 / (int)sizeof(float))
+                __builtin_prefetch(q + row * out->ldc + x);
+    }
     if (finish && full && out->ep->residual) {
         /* the residual's rows are ldc apart, so no prefetcher fetches them: asked for now,
            they arrive while the tile multiplies (waiting for them at the store cost a
@@ -461,6 +473,43 @@ static const float* lm_direct_panel(const lm_in* in, long long n, long long j0)
     return in->b + column[0];
 }
 
+/* a task of lm_gemm with m > n and several K blocks: its chunk's B panels packed for all
+   of K at once (block q from p0 * chunk * NR), then each row panel through every K block
+   before the next, so that a C tile is read back from L1 (K block by K block over all the
+   row panels, 4096 x 384 x 1536 read C back from L3) */
+static void lm_whole_k_task(int ta, long long m, long long n, long long k, long long kb,
+                            long long k_blocks, const float* a, long long lda, const float* ap,
+                            long long packed_from, const lm_in* in, const lm_out* out,
+                            long long first, long long last, long long chunk, long long i0,
+                            long long i1, float* bp, long long* rows_at)
+{
+    const long long m_panels = (m + LM_MR - 1) / LM_MR, packed = m_panels - packed_from;
+    for (long long q = 0; q < k_blocks; q++) {
+        const long long p0 = q * kb, kc = k - p0 < kb ? k - p0 : kb;
+        lm_b_rows(in, p0, kc, rows_at);
+        for (long long jp = first; jp < last; jp++)
+            lm_pack_b(in, n, jp * LM_NR, p0, kc, rows_at,
+                      bp + p0 * chunk * LM_NR + (jp - first) * LM_NR * kc);
+    }
+    for (long long ip = i0; ip < i1; ip++) {
+        const long long rows = m - ip * LM_MR < LM_MR ? m - ip * LM_MR : LM_MR;
+        const int direct_a = ip < packed_from;
+        for (long long q = 0; q < k_blocks; q++) {
+            const long long p0 = q * kb, kc = k - p0 < kb ? k - p0 : kb;
+            const float* panel = direct_a
+                                     ? a + ip * LM_MR * lda + p0
+                                     : ap + p0 * packed * LM_MR + (ip - packed_from) * LM_MR * kc;
+            for (long long jp = first; jp < last; jp++) {
+                const long long cols = n - jp * LM_NR < LM_NR ? n - jp * LM_NR : LM_NR;
+                lm_gemm_tile(kc, panel, direct_a ? lda : 0,
+                             bp + p0 * chunk * LM_NR + (jp - first) * LM_NR * kc, 0, out,
+                             ip * LM_MR, jp * LM_NR, (int)rows, (int)cols, q > 0,
+                             out->ep && q == k_blocks - 1);
+            }
+        }
+    }
+}
+
 /* The packed product; 1 when its memory could not be allocated (nothing written). With
    few row panels (m up to LM_DIRECT_PANELS * MR) a B panel is used by so few tiles that
    packing it costs about as much as multiplying: panels whose columns are consecutive
@@ -489,6 +538,11 @@ static int lm_gemm(int ta, long long m, long long n, long long k, const float* a
     const long long wanted = threads > 1 ? 4LL * threads : 1;
     const long long row_tasks = m > n ? m_panels : 1;
     long long chunk = n_panels < LM_TASK_PANELS ? n_panels : LM_TASK_PANELS;
+    /* m > n, several K blocks, a B panel of all of K within LM_WHOLE_K_BYTES: tasks
+       walk each row panel through all of K (lm_whole_k_task), chunks narrowed to fit */
+    const long long whole_k_panels = LM_WHOLE_K_BYTES / (LM_NR * k * (long long)sizeof(float));
+    const int whole_k = k_blocks > 1 && m > n && m_panels > LM_DIRECT_PANELS && whole_k_panels;
+    if (whole_k && chunk > whole_k_panels) chunk = whole_k_panels;
     while (chunk > 1 && (n_panels + chunk - 1) / chunk * row_tasks < wanted) chunk--;
     const long long n_chunks = (n_panels + chunk - 1) / chunk;
     long long m_parts = n_chunks >= wanted ? 1 : (wanted + n_chunks - 1) / n_chunks;
@@ -509,7 +563,7 @@ static int lm_gemm(int ta, long long m, long long n, long long k, const float* a
             for (long long t = 0; t < k_blocks * packed; t++)
                 lm_pack_a_panel(ta, a, lda, m, k, kb, packed_from, packed, t, ap);
         }
-        float* bp = (float*)malloc((size_t)(chunk * LM_NR * kb) * sizeof(float));
+        float* bp = (float*)malloc((size_t)(chunk * LM_NR * (whole_k ? k : kb)) * sizeof(float));
         failed |= bp == 0;
         long long rows_at[LM_KC];
         const float* direct[LM_TASK_PANELS];
@@ -519,6 +573,11 @@ static int lm_gemm(int ta, long long m, long long n, long long k, const float* a
             const long long first = t / m_parts * chunk, part = t % m_parts;
             const long long last = first + chunk < n_panels ? first + chunk : n_panels;
             const long long i0 = m_panels * part / m_parts, i1 = m_panels * (part + 1) / m_parts;
+            if (whole_k) {
+                lm_whole_k_task(ta, m, n, k, kb, k_blocks, a, lda, ap, packed_from, in, out,
+                                first, last, chunk, i0, i1, bp, rows_at);
+                continue;
+            }
             for (long long q = 0; q < k_blocks; q++) {
                 const long long p0 = q * kb, kc = k - p0 < kb ? k - p0 : kb;
                 const int rows_known = lm_b_rows(in, p0, kc, rows_at);
