@@ -84,6 +84,10 @@ def constant_contract(graph: Graph, node: Node) -> ConstantContract | None:
         rows = [d for d in range(len(shape)) if d != axis and constant_edge.view.strides[d] != 0]
         if any(data_edge.view.strides[d] != 0 and shape[d] != 1 for d in rows):
             continue  # a batch axis: both vary along it
+        columns = [d for d in range(len(shape)) if d != axis and d not in rows]
+        mask = constant_edge.view.mask
+        if mask is not None and any(tuple(mask[d]) != (0, shape[d]) for d in columns):
+            continue  # padding along a column axis: the values would vary with the column
         sizes = [shape[d].as_int() for d in (*rows, axis)]
         if any(s is None for s in sizes) or np.prod(sizes) > MAX_ENTRIES:
             continue
