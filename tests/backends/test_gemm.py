@@ -45,8 +45,10 @@ def _check_every_transpose_pair(sgemm, rng, m: int, n: int, k: int) -> None:  # 
             np.testing.assert_allclose(got, reference(a, b, ta, tb), rtol=1e-4, atol=1e-4)
 
 
-# two are below the packed kernel's threshold (BLAS), the last splits K; 203 x 101 x 1000
-# (more rows than columns, K in three blocks) walks each row panel through all of K
+# two are below the packed kernel's threshold (BLAS), 5 x 7 x 5000 splits K; 203 x 125 x
+# 1000 (more rows than columns, K in three blocks) walks each row panel through all of K;
+# the last column tiles one vector wide (97, 200, 49: partial; 112: whole) or two (125:
+# partial; 128: whole)
 SHAPES = [
     (5, 7, 3),
     (9, 50, 40),
@@ -54,7 +56,9 @@ SHAPES = [
     (64, 200, 129),
     (40, 49, 600),
     (5, 7, 5000),
-    (203, 101, 1000),
+    (203, 125, 1000),
+    (37, 112, 50),
+    (65, 128, 64),
 ]
 
 
@@ -104,13 +108,14 @@ def test_nan_reaches_its_row_only(sgemm, rng) -> None:  # noqa: ANN001
 
 
 @pytest.mark.parametrize(
-    "shape", [(5, 3, 7, 9), (40, 4, 49, 300), (64, 3, 100, 64), (200, 2, 41, 500)]
+    "shape", [(5, 3, 7, 9), (40, 4, 49, 300), (64, 3, 100, 64), (200, 2, 40, 500)]
 )
 def test_columns_in_blocks(sgemm, rng, shape) -> None:  # noqa: ANN001
     """C's columns (image, position) written as (image, row, position): blocks of
     `width` columns, `stride` apart (a convolution of several images); BLAS (the first
     shape) and the packed kernel, tiles inside a block and across blocks (the last: more
-    rows than columns and two K blocks, each row panel through all of K)."""
+    rows than columns and two K blocks, each row panel through all of K; its last tile
+    two vectors wide, inside the second block)."""
     m, images, width, k = shape
     a = rng.uniform(-1, 1, (m, k)).astype(np.float32)
     b = rng.uniform(-1, 1, (k, images * width)).astype(np.float32)

@@ -62,8 +62,18 @@ def expected(a, b, tb, row_bias, col_bias, residual, act, scale=1.0):  # noqa: A
 
 # the BLAS (5 x 7 x 3), the packed kernel with edge tiles (17 x 97 x 300, 64 x 200 x 129),
 # K in two blocks (40 x 49 x 600), split K on two threads (5 x 7 x 5000), more rows than
-# columns with K in three blocks (each row panel through all of K, edge tiles both ways)
-SHAPES = [(5, 7, 3), (17, 97, 300), (64, 200, 129), (40, 48, 600), (5, 7, 5000), (203, 101, 1000)]
+# columns with K in three blocks (each row panel through all of K, a partial last row
+# panel, the last column tile two whole vectors wide), the last column tile one whole
+# vector wide (37 x 112 x 50)
+SHAPES = [
+    (5, 7, 3),
+    (17, 97, 300),
+    (64, 200, 129),
+    (40, 48, 600),
+    (5, 7, 5000),
+    (203, 128, 1000),
+    (37, 112, 50),
+]
 KINDS = ["row", "col", "residual", "relu", "gelu", "all"]
 
 
