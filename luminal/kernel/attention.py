@@ -6,10 +6,12 @@ keys (WIDE_KEYS for a small head dim), the block's keys are transposed into scra
 query row's scores are computed,
 scaled and masked, and its running maximum, running sum and output row are rescaled
 (online softmax) before the weighted values are added: the output row itself is the
-accumulator. Rows go GROUP at a time (scores and weighted values of the group in one
-loop, so each key and value vector loaded feeds GROUP rows), the rest one by one.
-Scratch is per thread slot, KEYS * (D + GROUP) + 2 * ROWS floats whatever the sequence
-length: the (L, S) scores are never stored.
+accumulator. Rows go GROUP at a time, the rest one by one: a group's scores and its
+weighted values are register tiles (GROUP rows x a few 16-lane vectors accumulated in
+locals across the serial head-dim or key loop, stored once), reading the item's query
+rows and the block's value rows packed into scratch. Scratch is per thread slot,
+KEYS * (D + W + GROUP) + ROWS * (D + 2) floats (W the head width) whatever the sequence
+length, each block aligned to a cache line: the (L, S) scores are never stored.
 
 A causal node (`FusedAttention.causal_offset`) skips the key blocks every row of a work
 item masks, and computes its mask as a comparison of indices.
@@ -50,16 +52,23 @@ PACKED_ROWS = 4
 # CPU time): 15.5 -> 11.5 ms against one row at a time
 GROUP = 4
 GROUP_UNROLL = 4
-# ... but WIDE_GROUP_UNROLL depths per store of the score rows with wide key blocks: half
-# the loads and stores of the group's 4 x 128-key score rows. MiniLM's attention (harness
-# of the generated C, 1 thread, CPU time, medians of 40, 4 alternated rounds):
-# 11.2/11.0/11.2/11.2 -> 10.5/10.6/10.5/10.4 ms; with 64-key blocks (head dim 64) no gain
-WIDE_GROUP_UNROLL = 8
+# Register tiles (see _score_tile, _value_tile): a group's scores and output rows are
+# accumulated in locals of a TILE_LANES-lane vector loop across a serial depth / key loop
+# and stored once, so they never go through memory between steps. GROUP rows x at most
+# TILE_VECTORS vectors of TILE_LANES lanes (16 x 512-bit registers for 4 x 4): the
+# multiply-adds are independent chains, and each key / value vector loaded feeds GROUP
+# rows. The group's query rows and the block's value rows are packed into scratch first
+# (one streaming copy each), so the tile's broadcast loads never wait on memory.
+TILE_LANES = 16
+TILE_VECTORS = 4
+# scratch starts on a cache line (`ir.Alloc.align`): the blocks are read as whole vectors
+CACHE_LINE = 64
 LOG2_E = 1.0 / math.log(2.0)
 FLUSH_BELOW = -126.0  # 2^-126, the smallest normal float32 (see _exp_shifted)
 LOWEST = -3.4028234663852886e38  # below every finite float32: the max == -inf test
 F32 = DType.float32
 KEY_BLOCK, SCORE_ROW, ROW_STATS = "lm_keys", "lm_scores", "lm_stats"
+QUERY_BLOCK, VALUE_BLOCK = "lm_queries", "lm_values"
 
 
 def _product(shape: Sequence[Expr]) -> Expr:
@@ -141,6 +150,20 @@ class _Builder:
     def score_at(self, j: Expr, r: Expr | int = 0) -> Expr:
         return (self.slot * GROUP + r) * self.block + j
 
+    def query_at(self, i: Expr, d: Expr) -> Expr:
+        return (self.slot * ROWS + i) * self.depth + d
+
+    def value_at(self, j: Expr, e: Expr) -> Expr:
+        return (self.slot * self.block + j) * self.width + e
+
+    def value_vectors(self) -> int | None:
+        """TILE_LANES-lane vectors of an output row per value tile (None: the head
+        width is not a known multiple of TILE_LANES; the values take the plain loops)."""
+        width = sym(self.width).as_int()
+        if width is None or width % TILE_LANES:
+            return None
+        return _vectors(width // TILE_LANES)
+
     def peak_at(self, i: Expr) -> Expr:
         return self.slot * 2 * ROWS + i
 
@@ -199,7 +222,9 @@ def attention_kernel(
     decls = _batch_indices(b, item, blocks)
     b.row0, row0_decl = b.local("row0_", (item % blocks) * ROWS)
     b.nrows, nrows_decl = b.local("nrows_", sym(ROWS).min(b.length - b.row0))
-    body = (item_decl, *decls, row0_decl, nrows_decl, _initialise(b), _key_loop(b), _finish(b))
+    pack = ir.If(b.nrows.ge(GROUP), (_pack_queries(b),))
+    body = (item_decl, *decls, row0_decl, nrows_decl, _initialise(b), pack, _key_loop(b))
+    body = (*body, _finish(b))
     work = _product(b.batch) * b.length * b.keys * b.depth
     per_item = ir.Loop(_name(rounds), (items - b.slot).ceildiv(slots), "serial", body)
     parallel = ir.Loop(_name(b.slot), slots, "parallel", (per_item,), work)
@@ -207,10 +232,13 @@ def attention_kernel(
         KEY_BLOCK: slots * b.block * b.depth,
         SCORE_ROW: slots * b.block * GROUP,
         ROW_STATS: slots * 2 * ROWS,
+        QUERY_BLOCK: slots * ROWS * b.depth,
     }
+    if b.value_vectors() is not None:
+        scratch[VALUE_BLOCK] = slots * b.block * b.width
     allocs, released = [], []
     for name, elements in scratch.items():
-        allocs.append(ir.Alloc(name, F32, elements, tuple(released)))
+        allocs.append(ir.Alloc(name, F32, elements, tuple(released), CACHE_LINE))
         released.append(name)
     frees = [ir.Free(name) for name in scratch]
     return ir.Kernel(
@@ -266,54 +294,158 @@ def _key_loop(b: _Builder) -> ir.Loop:
         return [b.loop("j0_", sym(b.block), "reduce", element)]
 
     keys = ir.If(b.nrows.ge(PACKED_ROWS), (b.loop("d0_", b.depth, "serial", transpose),))
+    packs: list[ir.Stmt] = [keys]
+    if b.value_vectors() is not None:  # the groups' value tiles read packed values
+        packs.append(ir.If(b.nrows.ge(GROUP), (_pack_values(b),)))
     groups = b.nrows // GROUP
     grouped = b.loop("g0_", groups, "serial", lambda g: _group(b, g * GROUP))
     rest = b.loop("i0_", b.nrows - groups * GROUP, "serial", lambda i: _row(b, groups * GROUP + i))
-    return ir.Loop(_name(block), blocks, "serial", (col0_decl, ncols_decl, keys, grouped, rest))
+    return ir.Loop(_name(block), blocks, "serial", (col0_decl, ncols_decl, *packs, grouped, rest))
+
+
+def _pack_queries(b: _Builder) -> ir.Loop:
+    """The work item's query rows into the slot's scratch, contiguous: one streaming
+    copy, so the score tiles' broadcast loads hit L1 (read in place, each waited on
+    memory inside the tile's multiply-add chains: 8 % slower than no tile)."""
+
+    def row(i: Expr) -> list[ir.Stmt]:
+        def lane(d: Expr) -> list[ir.Stmt]:
+            return [ir.Store(QUERY_BLOCK, b.query_at(i, d), b.query(b.row0 + i, d), F32)]
+
+        return [b.loop("d0_", b.depth, "reduce", lane)]
+
+    return b.loop("i0_", b.nrows, "serial", row)
+
+
+def _pack_values(b: _Builder) -> ir.Loop:
+    """The key block's value rows into the slot's scratch, contiguous (as the queries)
+    and zero-padded to the block: the value tiles' key loop has a constant count."""
+
+    def key(j: Expr) -> list[ir.Stmt]:
+        def lane(e: Expr) -> list[ir.Stmt]:
+            value = ir.Select(j.lt(b.ncols), b.value(b.col0 + j, e), _c(0.0))
+            return [ir.Store(VALUE_BLOCK, b.value_at(j, e), value, F32)]
+
+        return [b.loop("e0_", b.width, "reduce", lane)]
+
+    return b.loop("j0_", sym(b.block), "serial", key)
+
+
+def _vectors(available: int) -> int:
+    """Vectors per tile: the most of TILE_VECTORS, 2, 1 that divides `available`."""
+    return next(v for v in (TILE_VECTORS, 2, 1) if available % v == 0)
+
+
+def _score_tile(b: _Builder, first: Expr) -> ir.Loop:
+    """The group's scores against the packed key block as register tiles: per tile,
+    GROUP rows x `vectors` x TILE_LANES keys accumulate in locals of a TILE_LANES-lane
+    loop across the serial head-dim loop (each key vector loaded feeds GROUP rows, each
+    query broadcast `vectors` key vectors) and are stored once."""
+    vectors = _vectors(b.block // TILE_LANES)
+    width = vectors * TILE_LANES
+    acc = [[f"acc{r}_{c}" for c in range(vectors)] for r in range(GROUP)]
+
+    def tile(t: Expr) -> list[ir.Stmt]:
+        def lane(j: Expr) -> list[ir.Stmt]:
+            cols = [t * width + c * TILE_LANES + j for c in range(vectors)]
+
+            def step(d: Expr) -> list[ir.Stmt]:
+                keys = [
+                    ir.Declare(f"kt{c}", F32, ir.Load(KEY_BLOCK, b.key_at(d, col), F32), True)
+                    for c, col in enumerate(cols)
+                ]
+                queries = [
+                    ir.Declare(
+                        f"qt{r}", F32, ir.Load(QUERY_BLOCK, b.query_at(first + r, d), F32), True
+                    )
+                    for r in range(GROUP)
+                ]
+                updates = [
+                    ir.Accumulate(acc[r][c], "add", _f("mul", _v(f"qt{r}"), _v(f"kt{c}")))
+                    for r in range(GROUP)
+                    for c in range(vectors)
+                ]
+                return [*keys, *queries, *updates]
+
+            zeros = [ir.Declare(a, F32, _c(0.0)) for row in acc for a in row]
+            stores = [
+                ir.Store(SCORE_ROW, b.score_at(col, r), _v(acc[r][c]), F32)
+                for r in range(GROUP)
+                for c, col in enumerate(cols)
+            ]
+            return [*zeros, b.loop("d0_", b.depth, "serial", step), *stores]
+
+        return [b.loop("j0_", sym(TILE_LANES), "reduce", lane)]
+
+    return b.loop("jt_", sym(b.block // width), "serial", tile)
+
+
+def _value_tile(b: _Builder, first: Expr, vectors: int) -> ir.Loop:
+    """out[rows] += weights x values for the group as register tiles: per tile, GROUP
+    rows x `vectors` x TILE_LANES output columns are read once, accumulate in locals of
+    a TILE_LANES-lane loop across the serial loop over the block's keys (packed values,
+    zero-padded, and weights, zero past the keys: a constant count, which gcc needs to
+    vectorise the lane loop around it) and are stored once."""
+    width = vectors * TILE_LANES
+    rows = [b.row0 + first + r for r in range(GROUP)]
+    acc = [[f"out{r}_{c}" for c in range(vectors)] for r in range(GROUP)]
+
+    def tile(t: Expr) -> list[ir.Stmt]:
+        def lane(e: Expr) -> list[ir.Stmt]:
+            cols = [t * width + c * TILE_LANES + e for c in range(vectors)]
+
+            def step(j: Expr) -> list[ir.Stmt]:
+                values = [
+                    ir.Declare(f"vt{c}", F32, ir.Load(VALUE_BLOCK, b.value_at(j, col), F32), True)
+                    for c, col in enumerate(cols)
+                ]
+                weights = [
+                    ir.Declare(f"wt{r}", F32, ir.Load(SCORE_ROW, b.score_at(j, r), F32), True)
+                    for r in range(GROUP)
+                ]
+                updates = [
+                    ir.Accumulate(acc[r][c], "add", _f("mul", _v(f"wt{r}"), _v(f"vt{c}")))
+                    for r in range(GROUP)
+                    for c in range(vectors)
+                ]
+                return [*values, *weights, *updates]
+
+            starts = [
+                ir.Declare(acc[r][c], F32, ir.Load(0, b.out_at(row, col), F32))
+                for r, row in enumerate(rows)
+                for c, col in enumerate(cols)
+            ]
+            stores = [
+                ir.Store(0, b.out_at(row, col), _v(acc[r][c]), F32)
+                for r, row in enumerate(rows)
+                for c, col in enumerate(cols)
+            ]
+            return [*starts, b.loop("j0_", sym(b.block), "serial", step), *stores]
+
+        return [b.loop("e0_", sym(TILE_LANES), "reduce", lane)]
+
+    return b.loop("et_", sym(b.width) // width, "serial", tile)
 
 
 def _group(b: _Builder, first: Expr) -> list[ir.Stmt]:
     """GROUP query rows from `first` against the current key block (packed keys): the
     scores of all rows at once, each row's online softmax, then the values of all rows."""
-    depth = sym(b.depth).as_int()
-    tried = (WIDE_GROUP_UNROLL, GROUP_UNROLL) if b.wide else (GROUP_UNROLL,)
-    unroll = next((u for u in tried if depth is not None and depth % u == 0), 1)
-
-    def product(d: Expr) -> list[ir.Stmt]:
-        depths = [d * unroll + u for u in range(unroll)]
-
-        def lane(j: Expr) -> list[ir.Stmt]:
-            keys = [
-                ir.Declare(f"kv{u}", F32, ir.Load(KEY_BLOCK, b.key_at(x, j), F32), True)
-                for u, x in enumerate(depths)
-            ]
-            stores = []
-            for r in range(GROUP):
-                step: ir.Value = ir.Load(SCORE_ROW, b.score_at(j, r), F32)
-                for u in range(unroll):
-                    step = _f("add", step, _f("mul", _v(f"q{r}v{u}"), _v(f"kv{u}")))
-                stores.append(ir.Store(SCORE_ROW, b.score_at(j, r), step, F32))
-            return [*keys, *stores]
-
-        queries = [
-            ir.Declare(f"q{r}v{u}", F32, b.query(b.row0 + first + r, x), True)
-            for r in range(GROUP)
-            for u, x in enumerate(depths)
-        ]
-        return [*queries, b.loop("j0_", sym(b.block), "reduce", lane)]
-
-    def clear(j: Expr) -> list[ir.Stmt]:
-        return [ir.Store(SCORE_ROW, b.score_at(j, r), _c(0.0), F32) for r in range(GROUP)]
 
     def softmax(r: Expr) -> list[ir.Stmt]:
         return _softmax_row(b, first + r, b.row0 + first + r, r)
 
-    return [
-        b.loop("j0_", sym(b.block), "reduce", clear),
-        b.loop("d0_", sym(b.depth) // unroll, "serial", product),
-        b.loop("h0_", sym(GROUP), "serial", softmax),
-        *_group_values(b, first),
-    ]
+    def pad(r: Expr) -> list[ir.Stmt]:  # weights past the block's keys: 0, not scores
+        def lane(j: Expr) -> list[ir.Stmt]:
+            return [ir.Store(SCORE_ROW, b.score_at(b.ncols + j, r), _c(0.0), F32)]
+
+        return [b.loop("j0_", b.block - b.ncols, "reduce", lane)]
+
+    vectors = b.value_vectors()
+    if vectors is None:
+        values = _group_values(b, first)
+    else:
+        values = [b.loop("h0_", sym(GROUP), "serial", pad), _value_tile(b, first, vectors)]
+    return [_score_tile(b, first), b.loop("h0_", sym(GROUP), "serial", softmax), *values]
 
 
 def _group_values(b: _Builder, first: Expr) -> list[ir.Stmt]:

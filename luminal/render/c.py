@@ -261,13 +261,17 @@ class CRenderer:
         return self.value(arg)
 
     def stmt_alloc(self, stmt: ir.Alloc, depth: int) -> list[str]:
-        """A checked malloc: on failure free the earlier scratch, record the bytes asked
-        for in the run's fault record and return."""
+        """A checked malloc (`aligned_alloc` for an `align`): on failure free the earlier
+        scratch, record the bytes asked for in the run's fault record and return."""
         storage = self.storage_types[stmt.dtype]
         size = self.index(stmt.elements * stmt.dtype.itemsize)
         frees = " ".join(f"free({name});" for name in stmt.release)
+        allocate = f"malloc((size_t)({size}))"
+        if stmt.align is not None:  # C11: the size a multiple of the alignment
+            a = stmt.align
+            allocate = f"aligned_alloc({a}, (size_t)((({size}) + {a - 1}) / {a} * {a}))"
         return [
-            *self.line(f"{storage}* {stmt.name} = ({storage}*)malloc((size_t)({size}));", depth),
+            *self.line(f"{storage}* {stmt.name} = ({storage}*){allocate};", depth),
             *self.line(
                 f"if (!{stmt.name}) {{ {frees} lm_fault_alloc(lm_fault, {size}); return; }}", depth
             ),

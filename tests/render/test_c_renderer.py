@@ -128,3 +128,14 @@ def test_scratch_library_calls_and_named_buffers() -> None:
     assert source.endswith("    free(pb);\n    free(pa);\n}\n")
     assert "long long* restrict lm_fault" in source
     assert CRenderer().value(ir.IndexValue(n * 2, ir.INDEX)) == "((long long)(2*i0_))"
+
+
+def test_aligned_scratch() -> None:
+    """An Alloc with `align` is C11's aligned_alloc of the size rounded up to a multiple
+    of the alignment (aligned_alloc's requirement), checked and freed as malloc's."""
+    body = (ir.Alloc("pa", F, sym(5), align=64), ir.Free("pa"))
+    params = (ir.Param(0, F, True),)
+    _, source = CRenderer().render(ir.Kernel("k", params, (), body, (0,), reports_faults=True))
+    assert "    float* pa = (float*)aligned_alloc(64, (size_t)(((20) + 63) / 64 * 64));\n" in source
+    assert "    if (!pa) {  lm_fault_alloc(lm_fault, 20); return; }\n" in source
+    assert source.endswith("    free(pa);\n}\n")

@@ -1,0 +1,103 @@
+"""The fused attention kernel's register tiles (`kernel/attention.py`: `_score_tile`,
+`_value_tile`): scores and output rows accumulated in locals of a TILE_LANES-lane loop
+across a serial loop, for key blocks and head widths that give 1, 2 or 4 vectors per
+tile, several tiles per row, and widths that take the plain value loops, against
+torch's scaled_dot_product_attention; and the tiles' shape in the kernel IR."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import luminal as lm
+from luminal import ops
+from luminal.compiler import attention as attention_pass
+from luminal.kernel import attention as kernel
+from luminal.kernel import ir
+from luminal.nn.attention import scaled_dot_product_attention
+
+RTOL, ATOL = 1e-4, 1e-5
+
+
+@pytest.fixture(autouse=True)
+def fuse_every_length(monkeypatch):  # noqa: ANN001, ANN201
+    monkeypatch.setattr(attention_pass, "UNFUSED_KEYS", range(0))
+
+
+def compiled(length: int, keys: int, depth: int, heads: int = 2) -> None:
+    """Padded attention (the last batch row sees half the keys) compiled for the CPU
+    equals torch's."""
+    rng = np.random.default_rng(length * 1000 + keys * 10 + depth)
+    q = rng.standard_normal((2, length, heads * depth)).astype(np.float32)
+    k, v = (rng.standard_normal((2, keys, heads * depth)).astype(np.float32) for _ in "kv")
+    keep = np.ones((2, 1, 1, keys), np.bool_)
+    keep[-1, ..., keys // 2 :] = False
+    cx = lm.Graph()
+    tensors = [cx.tensor(a.shape).set(a) for a in (q, k, v)]
+    split = [t.reshape((2, t.shape[1], heads, depth)).permute((0, 2, 1, 3)) for t in tensors]
+    mask = cx.tensor(keep.shape, lm.bool).set(keep)
+    out = scaled_dot_product_attention(*split, attn_mask=mask).retrieve()
+    cx.compile(lm.CPUCompiler())
+    cx.execute()
+    assert sum(isinstance(n.op, ops.FusedAttention) for n in cx.nodes.values()) == 1
+    tq, tk, tv = (
+        torch.from_numpy(a).reshape(2, -1, heads, depth).permute(0, 2, 1, 3) for a in (q, k, v)
+    )
+    expected = F.scaled_dot_product_attention(tq, tk, tv, attn_mask=torch.from_numpy(keep))
+    np.testing.assert_allclose(out.numpy(), expected.numpy(), rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize(
+    "length, keys, depth",
+    [
+        (kernel.GROUP * 2, 128, 32),  # MiniLM's head: 2 score tiles of 4 vectors, 1 value tile of 2
+        (kernel.GROUP * 2 + 1, 48, 16),  # a 48-key block: score tiles of 1 vector; 1 row left over
+        (13, 80, 64),  # an 80-key block (5 tiles of 1 vector); value tile of 4 vectors
+        (kernel.GROUP, 200, 48),  # 3 value tiles of 1 vector; a partial second key block
+        (kernel.GROUP * 3, 40, 128),  # 2 value tiles of 4 vectors
+        (kernel.GROUP * 2, 37, 20),  # head width 20: the plain value loops
+    ],
+)
+def test_register_tiles_equal_torch(length: int, keys: int, depth: int) -> None:
+    compiled(length, keys, depth)
+
+
+def _tile_loops(body: tuple[ir.Stmt, ...]) -> list[ir.Loop]:
+    """Reduce loops of TILE_LANES iterations holding a serial loop (a register tile)."""
+    return [
+        s
+        for s in ir.statements(body)
+        if isinstance(s, ir.Loop)
+        and s.kind == "reduce"
+        and s.extent.as_int() == kernel.TILE_LANES
+        and any(isinstance(x, ir.Loop) and x.kind == "serial" for x in s.body)
+    ]
+
+
+def test_tiles_hold_their_accumulators_across_the_serial_loop() -> None:
+    """Both products are tiles: locals declared in the lane loop, updated in the serial
+    loop (GROUP rows x vectors of them) and stored after it; the scratch is aligned."""
+    from luminal.backends.cpu.lowering import assemble, lower_kernels
+    from luminal.compiler.egraph import EGraphCompiler
+
+    cx = lm.Graph()
+    q, k, v = (cx.tensor((1, 2, 8, 32)).set(np.ones((1, 2, 8, 32), np.float32)) for _ in "qkv")
+    scaled_dot_product_attention(q, k, v, is_causal=True).retrieve()
+    cx.compile(lm.GenericCompiler())
+    cx.compile(EGraphCompiler(rulesets=("algebra", "structure", "cpu")))
+    sources = [k for s in assemble(lower_kernels(cx)).segments for k in s.kernels]
+    (fused,) = [k.kernel for k in sources if "fused_attention" in k.name]
+    assert fused is not None
+    tiles = _tile_loops(fused.body)
+    assert len(tiles) == 2
+    # 8 keys: one 16-lane block, tiles of 1 vector; head width 32: value tiles of 2
+    for tile, vectors in zip(tiles, (1, 2), strict=True):
+        declared = [s.name for s in tile.body if isinstance(s, ir.Declare)]
+        serial = next(s for s in tile.body if isinstance(s, ir.Loop))
+        updated = {s.name for s in serial.body if isinstance(s, ir.Accumulate)}
+        assert len(declared) == kernel.GROUP * vectors and set(declared) == updated
+        assert sum(isinstance(s, ir.Store) for s in tile.body) == len(declared)
+    allocs = [s for s in fused.body if isinstance(s, ir.Alloc)]
+    assert allocs and all(a.align == kernel.CACHE_LINE for a in allocs)
