@@ -15,6 +15,7 @@ import numbers
 from collections.abc import Sequence
 from typing import Any
 
+from luminal import ops
 from luminal.errors import LuminalError, ShapeError
 from luminal.graph import Graph
 from luminal.nn.conv import IntOrTuple, ntuple, sliding_windows
@@ -95,6 +96,11 @@ def max_pool(
     kernel, strides, dilations, pads, extra = _pool_geometry(
         x, dims, kernel_size, stride, padding, dilation, ceil_mode, op
     )
+    inner = _relu_input(x)
+    if inner is not None:  # max(relu(y)) = relu(max(y)): the relu runs on the pooled output
+        with x.graph.atomic():
+            pooled = max_pool(inner, kernel, strides, pads, dilations, ceil_mode, dims, op)
+            return pooled.relu()
     padding_pairs = [(p, p + e) for p, e in zip(pads, extra, strict=True)]
     with x.graph.atomic():
         if math.prod(kernel) <= sum(kernel):
@@ -114,6 +120,33 @@ def max_pool(
             # read it so: LeNet's conv2 im2col copy, flatten and pool gradients)
             x = pooled.permute([*back, nd]).max(nd)
         return x
+
+
+def _relu_input(x: GraphTensor) -> GraphTensor | None:
+    """y when `x` is a whole relu(y) (`GraphTensor.relu`: a max over the pair (y, 0),
+    y's view with one zero padded on a new last axis), else None.
+
+    max_pool(relu(y)) is rewritten relu(max_pool(y)): relu is monotone, so the max of the
+    relus is the relu of the max (NaN stays NaN: both maxima propagate it), and every
+    window holds an element of y (padding is at most half the window). The relu and its
+    gradient then run on the pooled output, and the pool reads y where y's producer wrote
+    it: ResNet-18's stem wrote relu(conv + bias) into a -inf padded copy for the pool to
+    read; LeNet-5's pool gradients compared against the relu's output."""
+    node = x.node
+    if not isinstance(node.op, ops.MaxReduce) or not x.view.is_identity():
+        return None
+    edge = node.inputs[0]
+    view, axis = edge.view, node.op.axis
+    if axis != view.ndim - 1 or view.shape[axis] != 2 or view.mask is None:
+        return None
+    *outer, (lo, hi) = view.mask
+    if (hi - lo) != 1 or any(
+        a != 0 or b != d for (a, b), d in zip(outer, view.shape[:-1], strict=True)
+    ):
+        return None
+    pair = GraphTensor(x.graph, edge.source, view, x.graph.nodes[edge.source].dtype)
+    ranges = [(0, d, 1) for d in view.shape[:-1]] + [(lo, hi, 1)]
+    return pair._with_view(view.slice(ranges)).squeeze(-1)
 
 
 def avg_pool(

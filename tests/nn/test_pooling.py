@@ -79,6 +79,41 @@ def test_maxpool_unbatched_and_graph_first(rng):
     assert_matches_torch(out.numpy(), torch.nn.MaxPool2d(2)(torch.from_numpy(x)), ATOL, RTOL)
 
 
+@pytest.mark.parametrize(
+    "kwargs",
+    [dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True)],
+    ids=_ids,
+)
+def test_maxpool_of_relu_pools_first(rng, kwargs):
+    """max_pool(relu(y)) is built as relu(max_pool(y)): the same values (windows whose
+    values are all negative give 0, NaN propagates) and gradients as torch's
+    max_pool(relu(y)); the relu's max reduces over the pooled shape, not the input's."""
+    x = uniform(rng, (2, 3, 8, 8))
+    x[0, 0, :4, :4] = -np.abs(x[0, 0, :4, :4])  # all-negative windows
+    x[1, 2, 5, 5] = np.nan
+    pool = torch.nn.MaxPool2d(**kwargs)
+    _check(lambda t: lm.nn.MaxPool2d(**kwargs)(t.relu()), lambda t: pool(torch.relu(t)), x)
+
+    x[1, 2, 5, 5] = 0.5
+    cx = lm.Graph()
+    y = cx.tensor(x.shape).set(x)
+    out = lm.nn.MaxPool2d(**kwargs)(y.relu())
+    (grad,) = cx.compile(lm.training.Autograd([y], (out * out).sum()))
+    grad.retrieve()
+    cx.execute()
+    t = torch.from_numpy(x).requires_grad_()
+    (pool(torch.relu(t)) ** 2).sum().backward()
+    np.testing.assert_allclose(grad.numpy(), t.grad.numpy(), atol=ATOL, rtol=RTOL)
+    relu_shapes = [  # among the nodes the output reads (the unpooled relu has no reader)
+        tuple(n.shape)
+        for n in map(cx.nodes.get, cx.topological_order([out.node_id]))
+        if isinstance(n.op, lm.ops.MaxReduce)
+        and tuple(n.inputs[0].view.shape)[-1:] == (2,)
+        and n.inputs[0].view.mask is not None
+    ]
+    assert relu_shapes == [tuple(out.view.shape)]
+
+
 # ---------------------------------------------------------------- average pooling
 AVG2D_CASES = [
     dict(kernel_size=2),
