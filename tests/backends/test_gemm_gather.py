@@ -45,14 +45,25 @@ def im2col(x: np.ndarray, w: np.ndarray, size: int, stride: int) -> np.ndarray:
     return product.reshape(out, images, positions).transpose(1, 0, 2)
 
 
-# output widths at stride 2: shorter than a vector, one vector +- 1, the 48-column panel
-# +- 1, and rows that several panels split
-@pytest.mark.parametrize("side", [5, 15, 16, 17, 31, 47, 48, 49, 70])
+# output widths at stride 2: shorter than half a vector, half a vector and more, one
+# vector +- 1, between one and two (28: ResNet-18's 56 -> 28), the 48-column panel +- 1,
+# and rows that several panels split
+@pytest.mark.parametrize("side", [5, 8, 12, 15, 16, 17, 28, 31, 47, 48, 49, 70])
 def test_stride_two_rows_of_every_length(gather, rng, side) -> None:  # noqa: ANN001
     padded = 2 * side + 1  # a 3x3 window at stride 2: the last column is the last element
     x = rng.uniform(-1, 1, (2, 3, padded, padded)).astype(np.float32)
     w = rng.uniform(-1, 1, (9, 27)).astype(np.float32)
     np.testing.assert_allclose(convolve(gather, x, w, 3, 2), im2col(x, w, 3, 2), atol=1e-4)
+
+
+# output widths at stride 1 whose runs in a 48-column panel are copied whole: runs of 1-3,
+# 4-7, 8-15 and 16 or more elements, whole rows and rows that panels split
+@pytest.mark.parametrize("side", [8, 9, 12, 14, 20, 28, 56])
+def test_stride_one_rows_of_every_length(gather, rng, side) -> None:  # noqa: ANN001
+    padded = side + 2  # a 3x3 window at stride 1: the last column is the last element
+    x = rng.uniform(-1, 1, (2, 3, padded, padded)).astype(np.float32)
+    w = rng.uniform(-1, 1, (9, 27)).astype(np.float32)
+    np.testing.assert_allclose(convolve(gather, x, w, 3, 1), im2col(x, w, 3, 1), atol=1e-4)
 
 
 @pytest.mark.parametrize(("size", "stride"), [(7, 2), (3, 3), (1, 2), (2, 2)])

@@ -57,6 +57,10 @@ typedef float lm_v4 __attribute__((vector_size(4 * sizeof(float))));
 typedef int lm_i4 __attribute__((vector_size(4 * sizeof(int))));
 static inline lm_v4 lm_v4load(const float* p) { lm_v4 v; memcpy(&v, p, sizeof v); return v; }
 static inline void lm_v4store(float* p, lm_v4 v) { memcpy(p, &v, sizeof v); }
+typedef float lm_v8 __attribute__((vector_size(8 * sizeof(float))));
+typedef int lm_v8i __attribute__((vector_size(8 * sizeof(int))));
+static inline lm_v8 lm_v8load(const float* p) { lm_v8 v; memcpy(&v, p, sizeof v); return v; }
+static inline void lm_v8store(float* p, lm_v8 v) { memcpy(p, &v, sizeof v); }
 
 #define LM_ACT_NONE 0
 #define LM_ACT_RELU 1 /* max(x, 0), NaN kept (as relu's max over (x, 0) keeps it) */
@@ -373,8 +377,11 @@ static void lm_gather_offsets(const long long* axes, long long naxes, long long 
     }
 }
 
-/* d[e] = s[2 e] for e < count: pairs of vectors, even elements kept (the last pair
-   starts one element early so that nothing past s[2 (count - 1)] is read) */
+/* d[e] = s[2 e] for e < count: pairs of vectors, even elements kept; the last vector ends
+   at count (overlapping the one before) and starts one element early in its second half,
+   so that nothing past s[2 (count - 1)] is read; runs of 8 to 15 as two overlapping
+   8-float halves (a 28- or 14-column output row at stride 2 left up to 15 elements to a
+   scalar loop) */
 static inline void lm_copy_even(float* restrict d, const float* restrict s, int count)
 {
     lm_ivec even, tail;
@@ -382,15 +389,44 @@ static inline void lm_copy_even(float* restrict d, const float* restrict s, int 
         even[e] = 2 * e;
         tail[e] = e < LM_VW / 2 ? 2 * e : 2 * e + 1;
     }
-    int e = 0;
-    for (; e + LM_VW < count; e += LM_VW)
-        lm_vstore(d + e, __builtin_shuffle(lm_vload(s + 2 * e), lm_vload(s + 2 * e + LM_VW), even));
-    if (e + LM_VW == count) {
+    if (count >= LM_VW) {
+        for (int e = 0; e + LM_VW < count; e += LM_VW)
+            lm_vstore(d + e, __builtin_shuffle(lm_vload(s + 2 * e), lm_vload(s + 2 * e + LM_VW),
+                                               even));
+        const int e = count - LM_VW;
         const lm_vec low = lm_vload(s + 2 * e), high = lm_vload(s + 2 * e + LM_VW - 1);
         lm_vstore(d + e, __builtin_shuffle(low, high, tail));
         return;
     }
-    for (; e < count; e++) d[e] = s[2 * e];
+    if (count >= 8) {
+        const lm_v8i half_tail = {0, 2, 4, 6, 9, 11, 13, 15};
+        for (int e = 0;; e = count - 8) {
+            const lm_v8 low = lm_v8load(s + 2 * e), high = lm_v8load(s + 2 * e + 7);
+            lm_v8store(d + e, __builtin_shuffle(low, high, half_tail));
+            if (e == count - 8) break;
+        }
+        return;
+    }
+    for (int e = 0; e < count; e++) d[e] = s[2 * e];
+}
+
+/* d[e] = s[e] for e < count, inline: whole vectors, the last one ending at count (it may
+   overlap the one before), halves and quarters of one for short runs (memcpy's call was
+   most of a run's cost: a 56-column image row gives runs of 8 to 56) */
+static inline void lm_copy_run(float* restrict d, const float* restrict s, int count)
+{
+    if (count >= LM_VW) {
+        for (int e = 0; e + LM_VW < count; e += LM_VW) lm_vstore(d + e, lm_vload(s + e));
+        lm_vstore(d + count - LM_VW, lm_vload(s + count - LM_VW));
+    } else if (count >= 8) {
+        memcpy(d, s, 8 * sizeof(float));
+        memcpy(d + count - 8, s + count - 8, 8 * sizeof(float));
+    } else if (count >= 4) {
+        lm_v4store(d, lm_v4load(s));
+        lm_v4store(d + count - 4, lm_v4load(s + count - 4));
+    } else {
+        for (int e = 0; e < count; e++) d[e] = s[e];
+    }
 }
 
 /* a gathered panel: element (p, j) at b[row[p] + column(j)] (`row`: the K rows' offsets,
@@ -425,7 +461,7 @@ static void lm_pack_gather(const lm_in* in, long long n, long long j0, const lon
             for (int r = 0; r < runs; r++) {
                 const int count = start[r + 1] - start[r];
                 if (step[r] == 1)
-                    memcpy(panel + start[r], src + column[start[r]], (size_t)count * sizeof(float));
+                    lm_copy_run(panel + start[r], src + column[start[r]], count);
                 else
                     lm_copy_even(panel + start[r], src + column[start[r]], count);
             }
