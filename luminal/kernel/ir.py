@@ -335,8 +335,8 @@ class Alloc(Stmt):
     cannot be allocated: free `release` (earlier Allocs), record an allocation fault of
     the bytes asked for and return (the kernel must have `reports_faults`). `align`: the
     start's alignment in bytes (a power of two), for blocks read as whole vectors: a
-    512-bit load from malloc's 16-byte-aligned memory spans two cache lines (the fused
-    attention's register tiles ran 10 % slower on it); None: the allocator's own."""
+    512-bit load from malloc's 16-byte-aligned memory spans two cache lines; None: the
+    allocator's own."""
 
     name: str
     dtype: DType

@@ -131,11 +131,20 @@ def test_scratch_library_calls_and_named_buffers() -> None:
 
 
 def test_aligned_scratch() -> None:
-    """An Alloc with `align` is C11's aligned_alloc of the size rounded up to a multiple
-    of the alignment (aligned_alloc's requirement), checked and freed as malloc's."""
-    body = (ir.Alloc("pa", F, sym(5), align=64), ir.Free("pa"))
+    """An Alloc with `align` mallocs align - 1 bytes more into `<name>_base` and rounds
+    the name up to the alignment; Free and later failure paths release the base."""
+    body = (
+        ir.Alloc("pa", F, sym(5), align=64),
+        ir.Alloc("pb", F, sym(5), release=("pa",)),
+        ir.Free("pb"),
+        ir.Free("pa"),
+    )
     params = (ir.Param(0, F, True),)
     _, source = CRenderer().render(ir.Kernel("k", params, (), body, (0,), reports_faults=True))
-    assert "    float* pa = (float*)aligned_alloc(64, (size_t)(((20) + 63) / 64 * 64));\n" in source
-    assert "    if (!pa) {  lm_fault_alloc(lm_fault, 20); return; }\n" in source
-    assert source.endswith("    free(pa);\n}\n")
+    assert "    float* pa_base = (float*)malloc((size_t)(20) + 63);\n" in source
+    assert "    if (!pa_base) {  lm_fault_alloc(lm_fault, 20); return; }\n" in source
+    assert (
+        "    float* pa = (float*)(((uintptr_t)pa_base + (uintptr_t)63) & ~(uintptr_t)63);" in source
+    )
+    assert "    if (!pb) { free(pa_base); lm_fault_alloc(lm_fault, 20); return; }\n" in source
+    assert source.endswith("    free(pb);\n    free(pa_base);\n}\n")
