@@ -96,13 +96,12 @@ def max_pool(
     kernel, strides, dilations, pads, extra = _pool_geometry(
         x, dims, kernel_size, stride, padding, dilation, ceil_mode, op
     )
-    inner = _relu_input(x)
-    if inner is not None:  # max(relu(y)) = relu(max(y)): the relu runs on the pooled output
-        with x.graph.atomic():
-            pooled = max_pool(inner, kernel, strides, pads, dilations, ceil_mode, dims, op)
-            return pooled.relu()
     padding_pairs = [(p, p + e) for p, e in zip(pads, extra, strict=True)]
+    inner = relu_input(x)
     with x.graph.atomic():
+        if inner is not None:  # max(relu(y)) = relu(max(y)) = relu(max(y, 0-padding))
+            windows = sliding_windows(inner, kernel, strides, dilations, padding_pairs)
+            return windows.max(tuple(range(x.ndim, x.ndim + dims))).relu()
         if math.prod(kernel) <= sum(kernel):
             windows = sliding_windows(x, kernel, strides, dilations, padding_pairs, -math.inf)
             return windows.max(tuple(range(x.ndim, x.ndim + dims)))
@@ -122,16 +121,18 @@ def max_pool(
         return x
 
 
-def _relu_input(x: GraphTensor) -> GraphTensor | None:
+def relu_input(x: GraphTensor) -> GraphTensor | None:
     """y when `x` is a whole relu(y) (`GraphTensor.relu`: a max over the pair (y, 0),
     y's view with one zero padded on a new last axis), else None.
 
     max_pool(relu(y)) is rewritten relu(max_pool(y)): relu is monotone, so the max of the
-    relus is the relu of the max (NaN stays NaN: both maxima propagate it), and every
-    window holds an element of y (padding is at most half the window). The relu and its
-    gradient then run on the pooled output, and the pool reads y where y's producer wrote
-    it: ResNet-18's stem wrote relu(conv + bias) into a -inf padded copy for the pool to
-    read; LeNet-5's pool gradients compared against the relu's output."""
+    relus is the relu of the max (NaN stays NaN: both maxima propagate it). Under the relu
+    a padded 0 changes nothing (relu(max(S, 0)) = relu(max(S))), so the padding is the
+    view's own zeros instead of the -inf fill, which is arithmetic (a copy of the padded
+    input for overlapping windows to read). The relu and its gradient run on the pooled
+    output: ResNet-18's stem wrote relu(conv + bias) into a -inf padded copy for the pool
+    to read; LeNet-5's pool gradients compared against the relu's output. The windows are
+    reduced over their kernel dims in place (not separably): one pass under the relu."""
     node = x.node
     if not isinstance(node.op, ops.MaxReduce) or not x.view.is_identity():
         return None

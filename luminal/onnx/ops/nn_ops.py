@@ -12,6 +12,7 @@ from typing import Any
 from luminal.dtype import float32
 from luminal.hl.combine import concat
 from luminal.nn.conv import conv, sliding_windows
+from luminal.nn.pooling import relu_input
 from luminal.onnx.context import NodeContext
 from luminal.onnx.ops.common import as_float, axis_of, reverse
 from luminal.onnx.ops.pool_index import max_pool_indices
@@ -157,15 +158,22 @@ def _pool_setup(ctx: NodeContext, x: GraphTensor) -> tuple:
 
 def _max_pool(ctx: NodeContext) -> GraphTensor | list[GraphTensor]:
     x = ctx.tensor(0)
+    if len(ctx.node.output) > 1 and ctx.node.output[1]:
+        kernel, strides, dilations, pairs, extra = _pool_setup(ctx, x)
+        full = [(b, e + x_) for (b, e), x_ in zip(pairs, extra, strict=True)]
+        indices = max_pool_indices(ctx, x, kernel, strides, dilations, full)
+        return [_windows_max(ctx, x), indices]
+    inner = relu_input(x)  # relu(max(y, 0-padding)): see luminal.nn.pooling.relu_input
+    return _windows_max(ctx, x) if inner is None else _windows_max(ctx, inner, 0.0).relu()
+
+
+def _windows_max(ctx: NodeContext, x: GraphTensor, fill: float = -math.inf) -> GraphTensor:
+    """Max over the pooling windows of x, its padding reading `fill`."""
     kernel, strides, dilations, pairs, extra = _pool_setup(ctx, x)
     full = [(b, e + x_) for (b, e), x_ in zip(pairs, extra, strict=True)]
     source = x if x.dtype.is_float else x.cast(float32)
-    windows = sliding_windows(source, kernel, strides, dilations, full, -math.inf)
-    dims = len(kernel)
-    y = windows.max(tuple(range(x.ndim, x.ndim + dims))).cast(x.dtype)
-    if len(ctx.node.output) > 1 and ctx.node.output[1]:
-        return [y, max_pool_indices(ctx, x, kernel, strides, dilations, full)]
-    return y
+    windows = sliding_windows(source, kernel, strides, dilations, full, fill)
+    return windows.max(tuple(range(x.ndim, x.ndim + len(kernel)))).cast(x.dtype)
 
 
 def _average_pool(ctx: NodeContext) -> GraphTensor:
