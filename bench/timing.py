@@ -98,7 +98,10 @@ class Rounds:
     result is each contestant's median. A fast contestant is timed as a batch of calls
     of at least `batch_seconds` (from its warm-up time) so that timer resolution and
     one-off hiccups do not dominate. Slow cases get fewer rounds: as many as fit in
-    `budget` seconds (estimated from the warm-up), never fewer than `least`."""
+    `budget` seconds (estimated from the warm-up), never fewer than `least`. With
+    `alternate`, every other round runs the contestants in reverse order, so that none
+    always runs right after the same other one (whose idle OpenMP threads may still
+    spin, and whose buffers are what the cache holds)."""
 
     def __init__(
         self,
@@ -107,19 +110,21 @@ class Rounds:
         pause: float = 0.02,
         budget: float = 60.0,
         least: int = 3,
+        alternate: bool = False,
     ) -> None:
         self.rounds = rounds
         self.batch_seconds = batch_seconds
         self.pause = pause
         self.budget = budget
         self.least = least
+        self.alternate = alternate
 
     def times(self, fns: Contestants) -> dict[str, float]:
         calibrated = {name: self._calibrate(fn) for name, fn in fns.items()}
         batches = {name: batch for name, (batch, _) in calibrated.items()}
         samples: dict[str, list[float]] = {name: [] for name in fns}
-        for _ in range(self.count(sum(b * s for b, s in calibrated.values()))):
-            for name, fn in fns.items():
+        for index in range(self.count(sum(b * s for b, s in calibrated.values()))):
+            for name, fn in self._order(fns, index):
                 time.sleep(self.pause)
                 start = time.perf_counter()
                 for _ in range(batches[name]):
@@ -130,8 +135,8 @@ class Rounds:
     def self_timed(self, fns: SelfTimed) -> dict[str, float]:
         samples: dict[str, list[float]] = {name: [] for name in fns}
         warm = sum(fn() for fn in fns.values())  # warm-up, and the cost of a round
-        for _ in range(self.count(warm)):
-            for name, fn in fns.items():
+        for index in range(self.count(warm)):
+            for name, fn in self._order(fns, index):
                 time.sleep(self.pause)
                 samples[name].append(fn())
         return {name: Seconds(values) for name, values in samples.items()}
@@ -141,6 +146,13 @@ class Rounds:
         but at least `least` (or `rounds`, if fewer)."""
         fit = int(self.budget // max(round_seconds, 1e-9))
         return max(min(self.rounds, fit), min(self.least, self.rounds))
+
+    def _order(
+        self, fns: dict[str, Callable[[], object]], index: int
+    ) -> list[tuple[str, Callable[[], object]]]:
+        """The contestants of round `index`: as given, or reversed on odd rounds."""
+        order = list(fns.items())
+        return order[::-1] if self.alternate and index % 2 else order
 
     def _calibrate(self, fn: Callable[[], object]) -> tuple[int, float]:
         """(calls per timed batch, seconds per call) from a warm-up and one timed call."""

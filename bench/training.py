@@ -1,6 +1,6 @@
 """Training-step time of the CPU backend against PyTorch eager, with equal threads.
 
-    .venv/bin/python bench/training.py [--threads N] [--steps N] [--repeats N]
+    .venv/bin/python bench/training.py [--threads N] [--rounds N]
 
 One training step = forward, cross-entropy loss, backward and an SGD (momentum 0.9)
 update, at batch 64, for an MLP 784-512-512-10 and LeNet-5 on 1x28x28 (Conv2d(1,6,5,
@@ -12,8 +12,14 @@ the same weights, and the losses of the first steps are compared as a sanity che
 Forward-only (inference) times are printed for context. The MLP's step is also timed in
 bfloat16 mixed precision (float32 master weights, bf16 forward and backward: luminal's
 `mixed_precision="bf16"` against `torch.autocast("cpu", torch.bfloat16)`), and luminal's
-bf16 step is set against its float32 step. Times are the best of `--repeats` means over
-`--steps` steps; ratio = luminal / torch (below 1 is faster).
+bf16 step is set against its float32 step.
+
+Timing (docs/benchmarks.md, "Training step"): both warmed up, then `--rounds` interleaved
+rounds, the order reversed every other round, each round timing a batch of steps per
+side; the time is the median over rounds, ratio = luminal / torch of the medians (below 1
+is faster). The fastest and slowest rounds and the load average are printed: at 2 threads
+on 2 cores, any other runnable process stalls both sides' OpenMP barriers, and a spread
+of 2x or more between rounds says the machine was not quiet.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import numpy as np
 import torch
 import torch.nn as tnn
 from rows import Row
-from timing import MeanOf, Timer
+from timing import Rounds, Timer
 
 import luminal as lm
 from luminal.backends.cpu import toolchain
@@ -180,8 +186,7 @@ def collect(timer: Timer, quick: bool, threads: int) -> list[Row]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=os.cpu_count())
-    parser.add_argument("--steps", type=int, default=50, help="steps per timed repeat")
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=15, help="interleaved timed rounds")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     toolchain.set_num_threads(args.threads)
@@ -192,15 +197,26 @@ def main() -> None:
         f"{threads.blas}; torch {torch.__version__}, numpy {np.__version__}, "
         f"python {platform.python_version()}"
     )
-    print(f"batch {BATCH}, SGD lr {LR} momentum {MOMENTUM}, cross-entropy\n")
-    timer = MeanOf(args.steps, args.repeats)
+    print(f"batch {BATCH}, SGD lr {LR} momentum {MOMENTUM}, cross-entropy")
+    print(f"load average at start: {os.getloadavg()[0]:.2f}\n")
+    timer = Rounds(args.rounds, batch_seconds=0.05, budget=30.0, alternate=True)
     rows = all_rows(timer)
-    print(f"\n{'':<36}{'luminal':>12}{'torch eager':>14}{'ratio':>9}")
+    print(f"load average at end: {os.getloadavg()[0]:.2f}")
+    print(f"\n{'':<36}{'luminal':>12}{'torch eager':>14}{'ratio':>9}   rounds (min-max, ms)")
     for label, ours, theirs in rows:
-        print(f"{label:<36}{ours * 1e3:>9.3f} ms{theirs * 1e3:>11.3f} ms{ours / theirs:>8.2f}x")
+        print(
+            f"{label:<36}{ours * 1e3:>9.3f} ms{theirs * 1e3:>11.3f} ms{ours / theirs:>8.2f}x"
+            f"   luminal {_spread(ours)}, torch {_spread(theirs)}"
+        )
     step = {label: ours for label, ours, _ in rows}
     full, half = step[f"{MLP[0]} train step"], step[f"{MLP[0]} bf16 train step"]
     print(f"luminal MLP train step, bf16 / float32: {half / full:.2f}x")
+
+
+def _spread(seconds: float) -> str:
+    """The fastest and slowest round of a median that kept its samples."""
+    samples = getattr(seconds, "samples", (seconds,))
+    return f"{min(samples) * 1e3:.2f}-{max(samples) * 1e3:.2f}"
 
 
 if __name__ == "__main__":
