@@ -33,6 +33,11 @@ __all__ = [
 ]
 
 
+# iterations the leading loops of a reordered elementwise nest should offer the threads
+# (`_read_major_order`): the renderer's collapse(2) shares fewer than 64 with the next loop
+PARALLEL_ITERATIONS = 128
+
+
 def product(shape: Sequence[Expr]) -> Expr:
     total = ONE
     for d in shape:
@@ -108,9 +113,46 @@ def elementwise_kernel(
 ) -> ir.Kernel:
     w = _writer(graph, node, materialised)
     indices = w.loop_vars(node.shape)
-    store = ir.Store(0, flat_index(indices, node.shape), w.value(node, indices), node.dtype)
-    body = loop_nest(node.shape, indices, [store], product(node.shape))
+    value = w.value(node, indices)
+    store = ir.Store(0, flat_index(indices, node.shape), value, node.dtype)
+    order = _read_major_order(value, indices, node.shape)
+    shape = [node.shape[a] for a in order]
+    body = loop_nest(shape, [indices[a] for a in order], [store], product(node.shape))
     return _kernel(graph, node, w, dims, body)
+
+
+def _read_major_order(value: ir.Value, indices: Sequence[Expr], shape: Sequence[Expr]) -> list[int]:
+    """The loop order of an elementwise nest: the output's, unless the value is one load
+    whose largest stride is not along the outermost axis. Then the axes with the largest
+    strides go first, until they give `PARALLEL_ITERATIONS` iterations to share among the
+    threads; the rest keep the output's order. Winograd's window copy, (ah, aw, C, N, th,
+    tw) read from NCHW, then runs over (N, C) outside the window offsets: threads over
+    the offsets each read the whole input, threads over images and channels each read
+    their own (56x56x64 at batch 8, 2 threads: 0.49 -> 0.34 ms)."""
+    axes = list(range(len(indices)))
+    loads = _loads(value)
+    if len(loads) != 1 or len(axes) < 3:
+        return axes
+    strides = [_stride(loads[0].index, _variable(index)) for index in indices]
+    if any(s is None for s in strides):
+        return axes
+    outer = [a for a in axes[:-1] if shape[a] != 1]  # the innermost loop stays innermost
+    if not outer or abs(strides[outer[0]]) >= max(abs(strides[a]) for a in outer):
+        return axes
+    front: list[int] = []
+    iterations = ONE
+    for a in sorted(outer, key=lambda a: -abs(strides[a])):
+        if strides[a] == 0 or _at_least(iterations, PARALLEL_ITERATIONS):
+            break
+        front.append(a)
+        iterations = iterations * shape[a]
+    return front + [a for a in axes if a not in front]
+
+
+def _at_least(count: Expr, bound: int) -> bool:
+    """Whether a loop count is known to be at least `bound` (a symbolic one is not)."""
+    value = count.as_int()
+    return value is not None and value >= bound
 
 
 # ------------------------------------------------------------------------- reductions
@@ -265,6 +307,19 @@ def _unit_stride(index: Expr, variable: str) -> bool:
             return False  # a multiple of a dim, or under a division
         coefficient += coef
     return coefficient == 1
+
+
+def _stride(index: Expr, variable: str) -> int | None:
+    """`index`'s integer step along `variable`, or None when it is not affine in it with a
+    constant coefficient."""
+    coefficient = 0
+    for mono, coef in index.terms:
+        if variable not in Expr(((mono, 1),)).variables():
+            continue
+        if len(mono) != 1 or mono[0].op != "var" or not isinstance(coef, int):
+            return None
+        coefficient += coef
+    return coefficient
 
 
 def _loads(value: ir.Value) -> list[ir.Load]:
