@@ -51,21 +51,23 @@ WIDE_FLOATS = 4096
 UNROLL = 8
 # work items of fewer rows (decoding) read k in place instead of packing key blocks
 PACKED_ROWS = 4
-# query rows computed together (one load of a key or value vector feeds GROUP rows), with
-# GROUP_UNROLL depths or keys per store: GROUP * GROUP_UNROLL broadcast scalars stay in
-# registers. MiniLM's attention (32 x 12 heads, 128 keys, head dim 32, AMD EPYC, 1 thread,
-# CPU time): 15.5 -> 11.5 ms against one row at a time
-GROUP = 4
+# query rows computed together (one load of a key or value vector feeds GROUP rows); a
+# head width that is not a multiple of TILE_LANES takes GROUP_UNROLL keys per store of
+# the output rows in its weighted values
+GROUP = 8
 GROUP_UNROLL = 4
 # Register tiles (see _score_tile, _value_tile): a group's scores and output rows are
 # accumulated in locals of a TILE_LANES-lane vector loop across a serial depth / key loop
 # and stored once, so they never go through memory between steps. GROUP rows x at most
-# TILE_VECTORS vectors of TILE_LANES lanes (16 x 512-bit registers for 4 x 4): the
-# multiply-adds are independent chains, and each key / value vector loaded feeds GROUP
-# rows. The group's query rows and the block's value rows are packed into scratch first
-# (one streaming copy each), so the tile's broadcast loads never wait on memory.
+# TILE_VECTORS vectors of TILE_LANES lanes (16 512-bit registers for 8 x 2): 16
+# independent multiply-add chains, each key / value vector loaded feeds GROUP rows, each
+# broadcast TILE_VECTORS vectors. The group's query rows and the block's value rows are
+# packed into scratch first (one streaming copy each), so the tile's broadcast loads
+# never wait on memory. MiniLM's attention (harness of the generated C, 1 thread, minima
+# of 6 alternated runs of 40): 4 x 4 (8 chains in the values: head width 32) 8.6 ms,
+# 4 x 2 8.8, 6 x 2 7.5, 8 x 2 7.4
 TILE_LANES = 16
-TILE_VECTORS = 4
+TILE_VECTORS = 2
 # scratch starts on a cache line (`ir.Alloc.align`): the blocks are read as whole vectors
 CACHE_LINE = 64
 LOG2_E = 1.0 / math.log(2.0)

@@ -1,6 +1,6 @@
 """The fused attention kernel's register tiles (`kernel/attention.py`: `_score_tile`,
 `_value_tile`): scores and output rows accumulated in locals of a TILE_LANES-lane loop
-across a serial loop, for key blocks and head widths that give 1, 2 or 4 vectors per
+across a serial loop, for key blocks and head widths that give 1 or more vectors per
 tile, several tiles per row, and widths that take the plain value loops, against
 torch's scaled_dot_product_attention; and the tiles' shape in the kernel IR."""
 
@@ -52,12 +52,13 @@ def compiled(length: int, keys: int, depth: int, heads: int = 2) -> None:
 @pytest.mark.parametrize(
     "length, keys, depth",
     [
-        (kernel.GROUP * 2, 128, 32),  # MiniLM's head: 2 score tiles of 4 vectors, 1 value tile of 2
-        (kernel.GROUP * 2 + 1, 48, 16),  # a 48-key block: score tiles of 1 vector; 1 row left over
-        (13, 80, 64),  # an 80-key block (5 tiles of 1 vector); value tile of 4 vectors
-        (kernel.GROUP, 200, 48),  # 3 value tiles of 1 vector; a partial second key block
-        (kernel.GROUP * 3, 40, 128),  # 2 value tiles of 4 vectors
+        (kernel.GROUP * 2, 128, 32),  # MiniLM's head: a 128-key block, head width 32
+        (kernel.GROUP * 2 + 1, 48, 16),  # a 48-key block (3 vectors: tiles of 1); a row left
+        (13, 80, 64),  # an 80-key block (5 tiles of 1 vector); head width 64
+        (kernel.GROUP, 200, 48),  # value tiles of 1 vector (48 = 3 x 16); a partial key block
+        (kernel.GROUP * 3, 40, 128),  # head width 128: several value tiles per row
         (kernel.GROUP * 2, 37, 20),  # head width 20: the plain value loops
+        (kernel.GROUP + 5, 33, 32),  # fewer rows than a group after the groups (the row path)
     ],
 )
 def test_register_tiles_equal_torch(length: int, keys: int, depth: int) -> None:
