@@ -101,7 +101,9 @@ class Rounds:
     `budget` seconds (estimated from the warm-up), never fewer than `least`. With
     `alternate`, every other round runs the contestants in reverse order, so that none
     always runs right after the same other one (whose idle OpenMP threads may still
-    spin, and whose buffers are what the cache holds)."""
+    spin, and whose buffers are what the cache holds). `clock` replaces the wall clock
+    (`time.process_time`: CPU time, which another process on the same core does not
+    inflate; meaningful at one thread, where no idle worker spins)."""
 
     def __init__(
         self,
@@ -111,6 +113,7 @@ class Rounds:
         budget: float = 60.0,
         least: int = 3,
         alternate: bool = False,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self.rounds = rounds
         self.batch_seconds = batch_seconds
@@ -118,6 +121,7 @@ class Rounds:
         self.budget = budget
         self.least = least
         self.alternate = alternate
+        self.clock = clock
 
     def times(self, fns: Contestants) -> dict[str, float]:
         calibrated = {name: self._calibrate(fn) for name, fn in fns.items()}
@@ -126,10 +130,10 @@ class Rounds:
         for index in range(self.count(sum(b * s for b, s in calibrated.values()))):
             for name, fn in self._order(fns, index):
                 time.sleep(self.pause)
-                start = time.perf_counter()
+                start = self._now()
                 for _ in range(batches[name]):
                     fn()
-                samples[name].append((time.perf_counter() - start) / batches[name])
+                samples[name].append((self._now() - start) / batches[name])
         return {name: Seconds(values) for name, values in samples.items()}
 
     def self_timed(self, fns: SelfTimed) -> dict[str, float]:
@@ -147,6 +151,9 @@ class Rounds:
         fit = int(self.budget // max(round_seconds, 1e-9))
         return max(min(self.rounds, fit), min(self.least, self.rounds))
 
+    def _now(self) -> float:
+        return self.clock() if self.clock is not None else time.perf_counter()
+
     def _order(
         self, fns: dict[str, Callable[[], object]], index: int
     ) -> list[tuple[str, Callable[[], object]]]:
@@ -157,7 +164,7 @@ class Rounds:
     def _calibrate(self, fn: Callable[[], object]) -> tuple[int, float]:
         """(calls per timed batch, seconds per call) from a warm-up and one timed call."""
         fn()  # warm-up (first-call costs are not what is measured)
-        start = time.perf_counter()
+        start = self._now()
         fn()
-        seconds = time.perf_counter() - start
+        seconds = self._now() - start
         return max(1, math.ceil(self.batch_seconds / max(seconds, 1e-9))), seconds

@@ -1,6 +1,6 @@
 """Training-step time of the CPU backend against PyTorch eager, with equal threads.
 
-    .venv/bin/python bench/training.py [--threads N] [--rounds N]
+    .venv/bin/python bench/training.py [--threads N] [--rounds N] [--clock wall|cpu]
 
 One training step = forward, cross-entropy loss, backward and an SGD (momentum 0.9)
 update, at batch 64, for an MLP 784-512-512-10 and LeNet-5 on 1x28x28 (Conv2d(1,6,5,
@@ -19,7 +19,8 @@ rounds, the order reversed every other round, each round timing a batch of steps
 side; the time is the median over rounds, ratio = luminal / torch of the medians (below 1
 is faster). The fastest and slowest rounds and the load average are printed: at 2 threads
 on 2 cores, any other runnable process stalls both sides' OpenMP barriers, and a spread
-of 2x or more between rounds says the machine was not quiet.
+of 2x or more between rounds says the machine was not quiet. `--clock cpu` times process
+CPU time instead (with `--threads 1`: at 2 threads idle workers spin and are counted).
 """
 
 from __future__ import annotations
@@ -187,6 +188,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--rounds", type=int, default=15, help="interleaved timed rounds")
+    parser.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="cpu: process CPU time, for --threads 1 on a shared machine",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     toolchain.set_num_threads(args.threads)
@@ -197,9 +204,10 @@ def main() -> None:
         f"{threads.blas}; torch {torch.__version__}, numpy {np.__version__}, "
         f"python {platform.python_version()}"
     )
-    print(f"batch {BATCH}, SGD lr {LR} momentum {MOMENTUM}, cross-entropy")
+    print(f"batch {BATCH}, SGD lr {LR} momentum {MOMENTUM}, cross-entropy; {args.clock} clock")
     print(f"load average at start: {os.getloadavg()[0]:.2f}\n")
-    timer = Rounds(args.rounds, batch_seconds=0.05, budget=30.0, alternate=True)
+    clock = time.process_time if args.clock == "cpu" else None
+    timer = Rounds(args.rounds, batch_seconds=0.05, budget=30.0, alternate=True, clock=clock)
     rows = all_rows(timer)
     print(f"load average at end: {os.getloadavg()[0]:.2f}")
     print(f"\n{'':<36}{'luminal':>12}{'torch eager':>14}{'ratio':>9}   rounds (min-max, ms)")

@@ -41,3 +41,17 @@ def test_alternating_self_timed_rounds(monkeypatch) -> None:
     times = timing.Rounds(3, alternate=True).self_timed(fns)
     assert calls == ["a", "b"] + ["a", "b", "b", "a", "a", "b"]
     assert times == {"a": 1.0, "b": 2.0}
+
+
+def test_rounds_read_the_clock_they_are_given(monkeypatch) -> None:
+    """A `clock` (CPU time in bench/training.py --clock cpu) replaces the wall clock."""
+    cpu, calls = [0.0], []
+
+    def run() -> None:
+        calls.append("a")
+        cpu[0] += 0.25
+
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: 0.0)  # the wall clock stands still
+    monkeypatch.setattr(timing.time, "sleep", lambda seconds: None)
+    times = timing.Rounds(3, batch_seconds=0.0, clock=lambda: cpu[0]).times({"a": run})
+    assert times["a"] == 0.25 and times["a"].samples == (0.25, 0.25, 0.25)
