@@ -72,8 +72,33 @@ from luminal.errors import CompileError
 # OpenMP threads that finish a kernel spin before sleeping. With the default spin count
 # (300k) a second busy process on a 2-core machine made each decode step ~100x slower; a
 # shorter spin keeps the fast hand-off between kernels (measured: no loss on bench/cpu.py).
-# Set before libgomp loads; a user's own setting wins.
-os.environ.setdefault("GOMP_SPINCOUNT", "20000")
+# When other processes already keep the cores busy, any spin loses: ResNet-18 b8 at 2
+# threads on 2 cores, load 4-4.7, wall medians 207-315 ms spinning 20000, 220-298 at 3000,
+# 115-175 sleeping at once (onnxruntime in the same processes: 160-310). On an idle
+# machine sleeping at once costs a futex wake per parallel region (~70 vs ~80-115 ms), so
+# the count is chosen from the load when luminal is imported (`spin_count`). Set before
+# libgomp loads; a user's own GOMP_SPINCOUNT or OMP_WAIT_POLICY wins.
+SPIN_COUNT = "20000"
+BUSY_LOAD_MARGIN = 0.5  # load above the cores plus this: other processes want them
+
+
+def spin_count(load: float, cores: int) -> str:
+    """GOMP_SPINCOUNT for a 1-minute load average `load` on `cores` cores: threads sleep at
+    once when the load exceeds the cores by `BUSY_LOAD_MARGIN` (a benchmark running
+    luminal's threads back to back raises the load to about the cores, not above)."""
+    return "0" if load > cores + BUSY_LOAD_MARGIN else SPIN_COUNT
+
+
+def _initial_spin_count() -> str:
+    try:
+        load = os.getloadavg()[0]
+    except OSError:  # no load average on this platform
+        return SPIN_COUNT
+    return spin_count(load, os.cpu_count() or 1)
+
+
+if "OMP_WAIT_POLICY" not in os.environ:  # libgomp lets GOMP_SPINCOUNT override the policy
+    os.environ.setdefault("GOMP_SPINCOUNT", _initial_spin_count())
 
 CC = "gcc"
 CFLAGS: tuple[str, ...] = (
