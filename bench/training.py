@@ -32,14 +32,20 @@ import platform
 import time
 from collections.abc import Callable
 
+# luminal first: it puts its OpenMP settings (GOMP_SPINCOUNT) in the environment, and
+# libgomp reads them once, when the first library that needs it loads. torch's libgomp
+# then serves both sides with them, as in bench/run_all.py (which imports luminal before
+# the bench); imported after torch, they were ignored on both sides.
+import luminal as lm  # isort: skip
+from luminal.backends.cpu import toolchain  # isort: skip
+
+# isort: split
 import numpy as np
 import torch
 import torch.nn as tnn
 from rows import Row
 from timing import Rounds, Timer
 
-import luminal as lm
-from luminal.backends.cpu import toolchain
 from luminal.search.cache import cpu_model
 from luminal.training import SGD, TrainStep, losses
 
