@@ -48,6 +48,11 @@ void LM_BLAS_SGEMM(int, int, int, int, int, int, float, const float*, int, const
 #define LM_NO_TRANS 111
 #define LM_TRANS 112
 
+/* threads a product may use: 1 inside an active parallel region (a batch of products run
+   as one OpenMP region, blas.py), where a nested region runs on one thread anyway, so
+   tasks are not planned, nor B panels packed again, for threads that are not there */
+static inline int lm_threads(void) { return omp_in_parallel() ? 1 : omp_get_max_threads(); }
+
 typedef float lm_vec __attribute__((vector_size(LM_VW * sizeof(float))));
 
 static inline lm_vec lm_vload(const float* p) { lm_vec v; memcpy(&v, p, sizeof v); return v; }
@@ -587,7 +592,7 @@ static int lm_gemm(int ta, long long m, long long n, long long k, const float* a
     const long long packed_from = a_in_place ? m / LM_MR : 0; /* first packed panel */
     float* ap = (float*)malloc((size_t)((mp - packed_from * LM_MR) * k + 1) * sizeof(float));
     if (!ap) return 1;
-    const int threads = omp_get_max_threads();
+    const int threads = lm_threads();
     /* tasks: column chunks of TASK_PANELS panels (a task packs its chunk's B panels once
        and multiplies every row panel by them), at least 4 per thread. Each row part packs
        the chunk's B panels again, each narrower chunk re-reads A: with m <= n (a
@@ -729,7 +734,7 @@ static int lm_sgemm_split_k(int ta, int tb, long long m, long long n, long long 
                             const float* a, long long lda, const float* b, long long ldb,
                             float* c, long long ldc)
 {
-    const int nt = omp_get_max_threads();
+    const int nt = lm_threads();
     float* part = (float*)calloc((size_t)(nt * m * n), sizeof(float));
     if (!part) return 1;
     #pragma omp parallel num_threads(nt)
@@ -814,7 +819,7 @@ void lm_sgemm_ep(int ta, int tb, long long m, long long n, long long k, const fl
         return;
     }
     if (m >= LM_MIN_ROWS && n >= LM_NR && m * n * k >= LM_MIN_WORK &&
-        !(omp_get_max_threads() > 1 && m * n <= LM_SPLIT_K_OUTPUT && k >= LM_SPLIT_K_MIN_K)) {
+        !(lm_threads() > 1 && m * n <= LM_SPLIT_K_OUTPUT && k >= LM_SPLIT_K_MIN_K)) {
         const lm_in in = {tb, b, ldb, 0};
         if (!lm_gemm(ta, m, n, k, a, lda, &in, &out)) return;
     }
@@ -822,7 +827,7 @@ void lm_sgemm_ep(int ta, int tb, long long m, long long n, long long k, const fl
     for (long long j0 = 0; j0 < n; j0 += width) {
         const float* bj = b + (tb == LM_NO_TRANS ? j0 : j0 * ldb);
         float* cj = c + j0 / width * stride;
-        if (omp_get_max_threads() > 1 && m * width <= LM_SPLIT_K_OUTPUT && k >= LM_SPLIT_K_MIN_K &&
+        if (lm_threads() > 1 && m * width <= LM_SPLIT_K_OUTPUT && k >= LM_SPLIT_K_MIN_K &&
             !lm_sgemm_split_k(ta, tb, m, width, k, a, lda, bj, ldb, cj, ldc))
             continue;
         lm_blas_sgemm(ta, tb, m, width, k, a, lda, bj, ldb, cj, ldc);
