@@ -27,8 +27,23 @@ def _imported_spin_count(env: dict[str, str]) -> str:
     return done.stdout.strip()
 
 
+def test_the_load_now_or_the_default_count_without_one(monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.setattr(os, "getloadavg", lambda: (100.0, 100.0, 100.0))
+    assert toolchain._initial_spin_count() == "0"
+
+    def unobtainable() -> tuple[float, float, float]:
+        raise OSError("no load average")
+
+    monkeypatch.setattr(os, "getloadavg", unobtainable)
+    assert toolchain._initial_spin_count() == toolchain.SPIN_COUNT
+    monkeypatch.delattr(os, "getloadavg")  # not Unix
+    assert toolchain._initial_spin_count() == toolchain.SPIN_COUNT
+
+
 def test_import_sets_a_spin_count_and_keeps_the_users() -> None:
-    env = {k: v for k, v in os.environ.items() if k != "GOMP_SPINCOUNT"}
+    # neither variable from the environment the tests run in (a set OMP_WAIT_POLICY would
+    # leave GOMP_SPINCOUNT unset in the first case)
+    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
     assert _imported_spin_count(env) in (toolchain.SPIN_COUNT, "0")
     assert _imported_spin_count({**env, "GOMP_SPINCOUNT": "123"}) == "123"
     # GOMP_SPINCOUNT would override the policy in libgomp, so none is set beside it

@@ -76,8 +76,10 @@ from luminal.errors import CompileError
 # threads on 2 cores, load 4-4.7, wall medians 207-315 ms spinning 20000, 220-298 at 3000,
 # 115-175 sleeping at once (onnxruntime in the same processes: 160-310). On an idle
 # machine sleeping at once costs a futex wake per parallel region (~70 vs ~80-115 ms), so
-# the count is chosen from the load when luminal is imported (`spin_count`). Set before
-# libgomp loads; a user's own GOMP_SPINCOUNT or OMP_WAIT_POLICY wins.
+# the count is chosen from the load when this module is imported (`spin_count`; `import
+# luminal` alone does not import it, `lm.CPUCompiler`'s first use does). Set before libgomp
+# loads (a library that loaded it earlier, torch, keeps its own settings); a user's own
+# GOMP_SPINCOUNT or OMP_WAIT_POLICY wins.
 SPIN_COUNT = "20000"
 BUSY_LOAD_MARGIN = 0.5  # load above the cores plus this: other processes want them
 
@@ -90,9 +92,11 @@ def spin_count(load: float, cores: int) -> str:
 
 
 def _initial_spin_count() -> str:
+    """`spin_count` for the load now; the default count where there is no load average
+    (os.getloadavg is Unix-only, and raises OSError where the system has none)."""
     try:
         load = os.getloadavg()[0]
-    except OSError:  # no load average on this platform
+    except (OSError, AttributeError):
         return SPIN_COUNT
     return spin_count(load, os.cpu_count() or 1)
 
