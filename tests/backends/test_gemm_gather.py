@@ -66,6 +66,21 @@ def test_stride_one_rows_of_every_length(gather, rng, side) -> None:  # noqa: AN
     np.testing.assert_allclose(convolve(gather, x, w, 3, 1), im2col(x, w, 3, 1), atol=1e-4)
 
 
+@pytest.mark.parametrize(("shape", "stride"), [((1, 64, 9, 9), 1), ((2, 50, 11, 11), 2)])
+@pytest.mark.parametrize("count", [1, 2])
+def test_more_rows_than_columns_through_all_of_k(
+    gather, threads, rng, shape, stride, count
+) -> None:  # noqa: ANN001
+    """203 output channels over 49 or 50 columns, K (576, 450) in two blocks: each task
+    packs its gathered panels for all of K and walks each row panel (the last of 3 rows)
+    through every K block (lm_whole_k_task)."""
+    threads(count)
+    x = rng.uniform(-1, 1, shape).astype(np.float32)
+    w = rng.uniform(-1, 1, (203, shape[1] * 9)).astype(np.float32)
+    expected = im2col(x, w, 3, stride)
+    np.testing.assert_allclose(convolve(gather, x, w, 3, stride), expected, atol=1e-4)
+
+
 @pytest.mark.parametrize(("size", "stride"), [(7, 2), (3, 3), (1, 2), (2, 2)])
 def test_other_windows_and_strides(gather, rng, size, stride) -> None:  # noqa: ANN001
     """A 7x7/2 stem, stride 3 (columns 3 apart: element by element), a 1x1/2 shortcut,
