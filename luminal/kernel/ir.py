@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from luminal.dtype import DType
+from luminal.errors import CompileError
 from luminal.shape.expr import Expr
 
 INDEX: Literal["index"] = "index"
@@ -343,6 +344,15 @@ class Alloc(Stmt):
     elements: Expr
     release: tuple[str, ...] = ()
     align: int | None = None
+
+    def __post_init__(self) -> None:
+        # the renderer rounds the pointer up with the mask align - 1: anything but a power
+        # of two gives a misaligned pointer, or one outside the block
+        if self.align is not None and (self.align < 1 or self.align & (self.align - 1)):
+            raise CompileError(
+                f"Alloc {self.name!r}: align must be a power of two (bytes) or None, "
+                f"got {self.align!r}"
+            )
 
 
 @dataclass(frozen=True)

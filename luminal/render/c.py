@@ -524,7 +524,11 @@ def c_expr(expr: Expr) -> str:
 def _aligned_bases(kernel: ir.Kernel) -> ir.Kernel:
     """`kernel` with `Free`s and failure releases of aligned scratch naming the pointer
     malloc returned (`<name>_base`, see `CRenderer.stmt_alloc`), not the aligned one."""
-    aligned = {s.name for s in ir.statements(kernel.body) if isinstance(s, ir.Alloc) and s.align}
+    aligned = {
+        s.name
+        for s in ir.statements(kernel.body)
+        if isinstance(s, ir.Alloc) and s.align is not None
+    }
     if not aligned:
         return kernel
 

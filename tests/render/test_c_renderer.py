@@ -148,3 +148,11 @@ def test_aligned_scratch() -> None:
     )
     assert "    if (!pb) { free(pa_base); lm_fault_alloc(lm_fault, 20); return; }\n" in source
     assert source.endswith("    free(pb);\n    free(pa_base);\n}\n")
+
+
+@pytest.mark.parametrize("align", [0, 3, 48, -64])
+def test_aligned_scratch_refuses_an_alignment_that_is_not_a_power_of_two(align: int) -> None:
+    """The rounding mask align - 1 only aligns for a power of two: another Alloc is
+    refused when built, naming the scratch."""
+    with pytest.raises(lm.LuminalError, match="'pa'.*power of two"):
+        ir.Alloc("pa", F, sym(5), align=align)
