@@ -2,8 +2,9 @@
 
 Each bench script hands its contestants to a timer as `{name: callable}` and gets
 `{name: seconds per call}` back. The scripts' own command lines keep the policy they
-always had (best of N, best of N means, minima in turns), so their output is unchanged;
-the dashboard (bench/run_all.py) passes `Rounds`: interleaved rounds and medians.
+always had (best of N, minima in turns), so their output is unchanged; the dashboard
+(bench/run_all.py), bench/training.py and bench/attention.py use `Rounds`: interleaved
+rounds and medians.
 `self_timed` is for contestants that time their own inner part and return seconds
 (a decode loop after an untimed prompt).
 """
@@ -55,19 +56,6 @@ def best_of(fn: Callable[[], object], repeats: int) -> float:
     return min(times)
 
 
-def mean_time(fn: Callable[[], object], steps: int, repeats: int) -> float:
-    """Best of `repeats` means over `steps` calls, after `steps` warm-up calls."""
-    for _ in range(steps):
-        fn()
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(steps):
-            fn()
-        best = min(best, (time.perf_counter() - start) / steps)
-    return best
-
-
 class BestOf:
     """Each contestant alone, one after the other: the minimum of `repeats` calls."""
 
@@ -81,17 +69,6 @@ class BestOf:
         return {name: min(fn() for _ in range(self.repeats + 1)) for name, fn in fns.items()}
 
 
-class MeanOf(BestOf):
-    """Each contestant alone: the best of `repeats` means over `steps` calls."""
-
-    def __init__(self, steps: int, repeats: int) -> None:
-        super().__init__(repeats)
-        self.steps = steps
-
-    def times(self, fns: Contestants) -> dict[str, float]:
-        return {name: mean_time(fn, self.steps, self.repeats) for name, fn in fns.items()}
-
-
 class Rounds:
     """Interleaved rounds: every round times each contestant once, in turns, after a short
     pause (BLAS threads spin for a while after a call and would slow the next one); the
@@ -101,9 +78,10 @@ class Rounds:
     `budget` seconds (estimated from the warm-up), never fewer than `least`. With
     `alternate`, every other round runs the contestants in reverse order, so that none
     always runs right after the same other one (whose idle OpenMP threads may still
-    spin, and whose buffers are what the cache holds). `clock` replaces the wall clock
-    (`time.process_time`: CPU time, which another process on the same core does not
-    inflate; meaningful at one thread, where no idle worker spins)."""
+    spin, and whose buffers are what the cache holds). `clock` replaces the wall clock in
+    `times` (`time.process_time`: CPU time, which another process on the same core does
+    not inflate; meaningful at one thread, where no idle worker spins); `self_timed`
+    contestants keep their own clock."""
 
     def __init__(
         self,
