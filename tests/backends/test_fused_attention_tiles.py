@@ -65,6 +65,32 @@ def test_register_tiles_equal_torch(length: int, keys: int, depth: int) -> None:
     compiled(length, keys, depth)
 
 
+def test_register_tiles_with_a_symbolic_length() -> None:
+    """A symbolic sequence (MiniLM's ONNX graph): 128-key blocks whose key count is only
+    known at run time, so the value tiles run over zero-padded values and zeroed weights
+    past the keys; one compiled graph, lengths of a partial block, a whole one and more,
+    causal, equal to torch's."""
+    heads, depth = 2, 32
+    cx = lm.Graph()
+    tensors = [cx.tensor((2, "seq", heads * depth)) for _ in "qkv"]
+    split = [t.reshape((2, t.shape[1], heads, depth)).permute((0, 2, 1, 3)) for t in tensors]
+    out = scaled_dot_product_attention(*split, is_causal=True).retrieve()
+    rng = np.random.default_rng(3)
+    for step, length in enumerate((kernel.GROUP * 3 + 5, 128, 150)):
+        arrays = [rng.standard_normal((2, length, heads * depth)).astype(np.float32) for _ in "qkv"]
+        for tensor, array in zip(tensors, arrays, strict=True):
+            tensor.set(array)
+        if step == 0:
+            cx.compile(lm.CPUCompiler())
+            assert sum(isinstance(n.op, ops.FusedAttention) for n in cx.nodes.values()) == 1
+        cx.execute()
+        tq, tk, tv = (
+            torch.from_numpy(a).reshape(2, -1, heads, depth).permute(0, 2, 1, 3) for a in arrays
+        )
+        expected = F.scaled_dot_product_attention(tq, tk, tv, is_causal=True)
+        np.testing.assert_allclose(out.numpy(), expected.numpy(), rtol=RTOL, atol=ATOL)
+
+
 def _tile_loops(body: tuple[ir.Stmt, ...]) -> list[ir.Loop]:
     """Reduce loops of TILE_LANES iterations holding a serial loop (a register tile)."""
     return [
