@@ -260,6 +260,11 @@ class Graph:
         step counter. `new` is kept; it needs the target's shape and dtype."""
         if not isinstance(target.node.op, ops.Input) or not target.view.is_identity():
             raise GraphError(f"carry: the target must be a graph input, got {target!r}")
+        if target.node_id in self.constant_inputs:  # its values are folded into kernels
+            raise GraphError(
+                f"carry: input '{target.node.op.label}' is a constant matrix; its data "
+                "is fixed for the graph's life"
+            )
         if tuple(new.view.shape) != tuple(target.view.shape) or new.dtype != target.dtype:
             raise ShapeError(
                 f"carry: input '{target.node.op.label}' is {target._shape_text()} "

@@ -11,7 +11,10 @@ fixed for the graph's life. Its id is in `graph.constant_inputs`, `GraphTensor.s
 refuses it, the array is a private read-only copy, and its label carries a SHA-256 of the
 data (`name#digest`), so the program cache (keyed on the graph's structure, labels
 included) never reuses a program built for other values; lowering re-checks the digest
-and falls back to the ordinary product if it does not match. Everything else (the
+and falls back to the ordinary product if it does not match (the cache's key names the
+constants that still match, so a graph whose data was replaced behind its back never
+loads a program that folded the old values). `Graph.carry` and the optimizers refuse
+these inputs too. Everything else (the
 reference runtime, autograd, the GPU backends) sees an ordinary input and computes the
 dense product.
 
@@ -84,6 +87,9 @@ def constant_contract(graph: Graph, node: Node) -> ConstantContract | None:
         rows = [d for d in range(len(shape)) if d != axis and constant_edge.view.strides[d] != 0]
         if any(data_edge.view.strides[d] != 0 and shape[d] != 1 for d in rows):
             continue  # a batch axis: both vary along it
+        data_mask = data_edge.view.mask
+        if data_mask is not None and any(tuple(data_mask[d]) != (0, shape[d]) for d in rows):
+            continue  # the other operand padded along a row: it varies there too
         columns = [d for d in range(len(shape)) if d != axis and d not in rows]
         mask = constant_edge.view.mask
         if mask is not None and any(tuple(mask[d]) != (0, shape[d]) for d in columns):

@@ -545,6 +545,11 @@ def _check_parameter(opt: Optimizer, index: int, param: Any) -> None:
             f"{name}: parameter {index} of shape {param._shape_text()} is a "
             f"{param.node.op.name}; parameters must be graph inputs (cx.tensor)"
         )
+    if param.node_id in opt.graph.constant_inputs:  # folded into kernels, never updated
+        raise GraphError(
+            f"{name}: parameter {index} ('{param.node.op.label}') is a constant matrix; "
+            "its data is fixed for the graph's life"
+        )
     if not param.dtype.is_float:
         raise LuminalError(f"{name}: parameter {index} has dtype {param.dtype.value}, not float")
     if any(d.as_int() is None for d in param.view.shape):

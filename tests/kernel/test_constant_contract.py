@@ -13,7 +13,7 @@ import pytest
 import luminal as lm
 from luminal.backends.cpu import program_cache
 from luminal.errors import GraphError
-from luminal.schedule.constant_matrix import constant_matrix
+from luminal.schedule.constant_matrix import constant_contract, constant_matrix
 
 
 def _matrix(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
@@ -126,3 +126,73 @@ def test_zero_coefficients_skip_infinities():
     assert out[0, 0, 0] == 1.0 and out[1, 0, 0] == np.inf
     with np.errstate(invalid="ignore"):
         assert np.isnan(matrix.astype(np.float64) @ data[:, 0, 0]).any()
+
+
+def test_carry_and_optimizers_refuse_a_constant(rng):
+    """The other ways an input's data changes between runs: a carry and an optimizer's
+    step would replace values the CPU kernels hold folded in."""
+    cx = lm.Graph()
+    c = constant_matrix(cx, _matrix(rng, 4, 4), "c")
+    with pytest.raises(GraphError, match="constant matrix"):
+        cx.carry(c, c * 2.0)
+    with pytest.raises(GraphError, match="constant matrix"):
+        lm.training.SGD([c], lr=0.1)
+
+
+def test_program_cache_never_serves_folded_values_to_replaced_data(rng, tmp_path, monkeypatch):
+    """A graph whose constant's data was replaced behind its back has the structure,
+    labels included, of one whose program folded the old values: the cache's key tells
+    them apart, so the second compiles the ordinary product and reads the new data."""
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv(program_cache.ENVIRONMENT_VARIABLE, "1")
+    matrix, other = _matrix(rng, 8, 36), _matrix(rng, 8, 36)
+    data = rng.standard_normal((36, 3, 5)).astype(np.float32)
+    hits, outputs = [], []
+    for replaced in (False, True):
+        cx = lm.Graph()
+        c = constant_matrix(cx, matrix, "c")
+        y = _left(cx, c, cx.tensor((36, 3, 5)).set(data), 5).retrieve()
+        if replaced:
+            cx.input_data[c.node_id] = other
+        compiler = lm.CPUCompiler()
+        cx.compile(compiler)
+        cx.execute()
+        hits.append(compiler.program_cache_hit)
+        outputs.append(y.numpy())
+    assert hits == [False, False]
+    want = np.einsum("mq,qab->mab", other.astype(np.float64), data)
+    np.testing.assert_allclose(outputs[1], want, rtol=1e-5, atol=1e-5)
+
+
+def test_other_operand_padded_along_the_matrix_rows_is_not_folded(rng):
+    """The other operand broadcast along the matrix's row axis (stride 0) and padded
+    there varies along the rows (zeros in the padding), so the contraction is not one
+    of a constant matrix with per-column data (the sums would read row 0's padding for
+    every row)."""
+    matrix, data = _matrix(rng, 6, 36), rng.standard_normal((36, 5)).astype(np.float32)
+    cx = lm.Graph()
+    c = constant_matrix(cx, matrix, "c").reshape((6, 36, 1))
+    x = cx.tensor((36, 5)).set(data).reshape((1, 36, 5)).expand((4, 36, 5))
+    (c * x.pad([(1, 1), None, None])).sum(1).retrieve()
+    cx.compile(lm.CPUCompiler(verify=False))
+    contracts = [n for n in cx.nodes.values() if type(n.op) is lm.ops.Contract]
+    assert len(contracts) == 1 and constant_contract(cx, contracts[0]) is None
+    assert not any("constmat" in name for name in _kernel_names(cx))
+
+
+def test_pickled_graph_keeps_its_constants(rng):
+    """A copy by pickle still refuses new data for the constant and folds its values."""
+    import pickle
+
+    matrix, data = _matrix(rng, 8, 36), rng.standard_normal((36, 3, 5)).astype(np.float32)
+    cx = lm.Graph()
+    c = constant_matrix(cx, matrix, "c")
+    y = _left(cx, c, cx.tensor((36, 3, 5)).set(data), 5).retrieve()
+    cx, c, y = pickle.loads(pickle.dumps((cx, c, y)))
+    with pytest.raises(GraphError, match="constant matrix"):
+        c.set(np.zeros((8, 36), np.float32))
+    cx.compile(lm.CPUCompiler())
+    cx.execute()
+    assert any("constmat" in name for name in _kernel_names(cx))
+    want = np.einsum("mq,qab->mab", matrix.astype(np.float64), data)
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-5, atol=1e-5)

@@ -3,10 +3,11 @@ options loads the program `CPUCompiler(mode="fast")` produced before, skipping
 saturation, fusion, scheduling and code generation (the kernel cache then skips gcc).
 
 An entry is keyed by a SHA-256 over the graph's structure before compiling (nodes, ops,
-views, shapes, dtypes, outputs, forwarding; never the input arrays, so weights may change
-between processes), the compiler's options, the backend, the luminal version, a digest
-of luminal's own source files (an edited checkout never reuses a stale program), the C
-compiler's identity and the BLAS flags. The entry holds that structure again, byte for
+views, shapes, dtypes, outputs, forwarding, the constant matrices whose values lowering
+folds in; never the input arrays, so weights may change between processes), the
+compiler's options, the backend, the luminal version, a digest of luminal's own source
+files (an edited checkout never reuses a stale program), the C compiler's identity and
+the BLAS flags. The entry holds that structure again, byte for
 byte, and is used only when it equals the graph's: a hit is provably the program this
 graph would be lowered to (up to the e-graph's time limit, which may stop saturation at
 another valid program), so it is not run against the reference again when it was
@@ -36,6 +37,7 @@ from luminal import ops
 from luminal.backends.cpu import cache_files, toolchain
 from luminal.backends.cpu.runtime import CompiledGraph
 from luminal.graph import Graph, NodeTable
+from luminal.schedule.constant_matrix import constant_value
 from luminal.shape.expr import Atom, Expr
 
 FORMAT = "1"
@@ -92,6 +94,9 @@ def _canonical(graph: Graph) -> tuple:
         sorted(graph.kept),
         tuple(schedule[1]) if current else None,
         list(graph.dim_checks),
+        # the constant matrices lowering folds (`schedule/constant_matrix.py`): those whose
+        # data still matches the digest in their label
+        sorted(n for n in graph.constant_inputs if constant_value(graph, n) is not None),
     )
 
 
