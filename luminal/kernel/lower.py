@@ -299,19 +299,12 @@ def _variable(index: Expr) -> str:
 
 def _unit_stride(index: Expr, variable: str) -> bool:
     """Whether `index` steps by exactly 1 along `variable` (affine in it, coefficient 1)."""
-    coefficient = 0
-    for mono, coef in index.terms:
-        if variable not in Expr(((mono, 1),)).variables():
-            continue
-        if len(mono) != 1 or mono[0].op != "var":
-            return False  # a multiple of a dim, or under a division
-        coefficient += coef
-    return coefficient == 1
+    return _stride(index, variable) == 1
 
 
 def _stride(index: Expr, variable: str) -> int | None:
     """`index`'s integer step along `variable`, or None when it is not affine in it with a
-    constant coefficient."""
+    constant coefficient (a multiple of a dim, or under a division)."""
     coefficient = 0
     for mono, coef in index.terms:
         if variable not in Expr(((mono, 1),)).variables():

@@ -69,6 +69,9 @@ def test_forward_matches_torch(rng, monkeypatch, case, compiled, transforms):
     assert _winograd_tiles(cx) == [transforms.alpha]
     if compiled:
         cx.compile(lm.CPUCompiler())
+        # the input and output transforms are straight-line constant-matrix sums
+        names = [k.name for segment in cx.compiled.segments for k in segment.kernels]
+        assert sum("constmat" in name for name in names) == 2
     cx.execute()
     assert_matches_torch(y.numpy(), reference(torch.from_numpy(x)), atol=ATOL, rtol=RTOL)
 
