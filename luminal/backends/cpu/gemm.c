@@ -538,17 +538,39 @@ static const float* lm_direct_panel(const lm_in* in, long long n, long long j0)
     return in->b + column[0];
 }
 
+/* row panel ip of C (+)= its A panel for K block [p0, p0 + kc) times the chunk's B panels
+   [first, last): panel jp read in place at direct[jp - first] (with `rows_at`) when that
+   is set, else packed at b_block + (jp - first) * NR * kc */
+static void lm_row_panel(const float* a, long long lda, const float* ap, long long packed_from,
+                         long long m, long long n, long long ip, long long p0, long long kc,
+                         long long first, long long last, const float* b_block,
+                         const float* const* direct, const long long* rows_at, const lm_out* out,
+                         int add, int finish)
+{
+    const long long m_panels = (m + LM_MR - 1) / LM_MR, packed = m_panels - packed_from;
+    const long long rows = m - ip * LM_MR < LM_MR ? m - ip * LM_MR : LM_MR;
+    const int direct_a = ip < packed_from;
+    const float* panel = direct_a ? a + ip * LM_MR * lda + p0
+                                  : ap + p0 * packed * LM_MR + (ip - packed_from) * LM_MR * kc;
+    for (long long jp = first; jp < last; jp++) {
+        const long long cols = n - jp * LM_NR < LM_NR ? n - jp * LM_NR : LM_NR;
+        const float* b = direct ? direct[jp - first] : 0;
+        lm_gemm_tile(kc, panel, direct_a ? lda : 0, b ? b : b_block + (jp - first) * LM_NR * kc,
+                     b ? rows_at : 0, out, ip * LM_MR, jp * LM_NR, (int)rows, (int)cols, add,
+                     finish);
+    }
+}
+
 /* a task of lm_gemm with m > n and several K blocks: its chunk's B panels packed for all
    of K at once (block q from p0 * chunk * NR), then each row panel through every K block
    before the next, so that a C tile is read back from L1 (K block by K block over all the
    row panels, 4096 x 384 x 1536 read C back from L3) */
-static void lm_whole_k_task(int ta, long long m, long long n, long long k, long long kb,
+static void lm_whole_k_task(long long m, long long n, long long k, long long kb,
                             long long k_blocks, const float* a, long long lda, const float* ap,
                             long long packed_from, const lm_in* in, const lm_out* out,
                             long long first, long long last, long long chunk, long long i0,
                             long long i1, float* bp, long long* rows_at)
 {
-    const long long m_panels = (m + LM_MR - 1) / LM_MR, packed = m_panels - packed_from;
     for (long long q = 0; q < k_blocks; q++) {
         const long long p0 = q * kb, kc = k - p0 < kb ? k - p0 : kb;
         lm_b_rows(in, p0, kc, rows_at);
@@ -556,23 +578,12 @@ static void lm_whole_k_task(int ta, long long m, long long n, long long k, long 
             lm_pack_b(in, n, jp * LM_NR, p0, kc, rows_at,
                       bp + p0 * chunk * LM_NR + (jp - first) * LM_NR * kc);
     }
-    for (long long ip = i0; ip < i1; ip++) {
-        const long long rows = m - ip * LM_MR < LM_MR ? m - ip * LM_MR : LM_MR;
-        const int direct_a = ip < packed_from;
+    for (long long ip = i0; ip < i1; ip++)
         for (long long q = 0; q < k_blocks; q++) {
             const long long p0 = q * kb, kc = k - p0 < kb ? k - p0 : kb;
-            const float* panel = direct_a
-                                     ? a + ip * LM_MR * lda + p0
-                                     : ap + p0 * packed * LM_MR + (ip - packed_from) * LM_MR * kc;
-            for (long long jp = first; jp < last; jp++) {
-                const long long cols = n - jp * LM_NR < LM_NR ? n - jp * LM_NR : LM_NR;
-                lm_gemm_tile(kc, panel, direct_a ? lda : 0,
-                             bp + p0 * chunk * LM_NR + (jp - first) * LM_NR * kc, 0, out,
-                             ip * LM_MR, jp * LM_NR, (int)rows, (int)cols, q > 0,
-                             out->ep && q == k_blocks - 1);
-            }
+            lm_row_panel(a, lda, ap, packed_from, m, n, ip, p0, kc, first, last,
+                         bp + p0 * chunk * LM_NR, 0, 0, out, q > 0, out->ep && q == k_blocks - 1);
         }
-    }
 }
 
 /* The packed product; 1 when its memory could not be allocated (nothing written). With
@@ -639,8 +650,8 @@ static int lm_gemm(int ta, long long m, long long n, long long k, const float* a
             const long long last = first + chunk < n_panels ? first + chunk : n_panels;
             const long long i0 = m_panels * part / m_parts, i1 = m_panels * (part + 1) / m_parts;
             if (whole_k) {
-                lm_whole_k_task(ta, m, n, k, kb, k_blocks, a, lda, ap, packed_from, in, out,
-                                first, last, chunk, i0, i1, bp, rows_at);
+                lm_whole_k_task(m, n, k, kb, k_blocks, a, lda, ap, packed_from, in, out, first,
+                                last, chunk, i0, i1, bp, rows_at);
                 continue;
             }
             for (long long q = 0; q < k_blocks; q++) {
@@ -653,21 +664,9 @@ static int lm_gemm(int ta, long long m, long long n, long long k, const float* a
                         lm_pack_b(in, n, jp * LM_NR, p0, kc, rows_at,
                                   bp + (jp - first) * LM_NR * kc);
                 }
-                for (long long ip = i0; ip < i1; ip++) {
-                    const long long rows = m - ip * LM_MR < LM_MR ? m - ip * LM_MR : LM_MR;
-                    const int direct_a = ip < packed_from;
-                    const float* panel =
-                        direct_a ? a + ip * LM_MR * lda + p0
-                                 : ap + p0 * packed * LM_MR + (ip - packed_from) * LM_MR * kc;
-                    for (long long jp = first; jp < last; jp++) {
-                        const long long cols = n - jp * LM_NR < LM_NR ? n - jp * LM_NR : LM_NR;
-                        const float* b = direct[jp - first];
-                        lm_gemm_tile(kc, panel, direct_a ? lda : 0,
-                                     b ? b : bp + (jp - first) * LM_NR * kc,
-                                     b ? rows_at : 0, out, ip * LM_MR, jp * LM_NR, (int)rows,
-                                     (int)cols, q > 0, out->ep && q == k_blocks - 1);
-                    }
-                }
+                for (long long ip = i0; ip < i1; ip++)
+                    lm_row_panel(a, lda, ap, packed_from, m, n, ip, p0, kc, first, last, bp,
+                                 direct, rows_at, out, q > 0, out->ep && q == k_blocks - 1);
             }
         }
         free(bp);
