@@ -15,12 +15,14 @@ from luminal.backends.cpu.compiler import CPUCompiler
 from tests.conftest import uniform
 
 
-def _batched(rng: np.random.Generator, batch: int) -> tuple[str, np.ndarray, np.ndarray]:
-    """The sgemm kernel's source and (luminal, torch) of a (batch, 40, 24) @ (batch, 24, 50)."""
-    a_data, b_data = uniform(rng, (batch, 40, 24)), uniform(rng, (batch, 24, 50))
+def _batched(
+    rng: np.random.Generator, batch: int, m: int = 40, k: int = 24, n: int = 50
+) -> tuple[str, np.ndarray, np.ndarray]:
+    """The sgemm kernel's source and (luminal, torch) of a (batch, m, k) @ (batch, k, n)."""
+    a_data, b_data = uniform(rng, (batch, m, k)), uniform(rng, (batch, k, n))
     cx = lm.Graph()
-    a = cx.tensor((batch, 40, 24)).set(a_data)
-    b = cx.tensor((batch, 24, 50)).set(b_data)
+    a = cx.tensor((batch, m, k)).set(a_data)
+    b = cx.tensor((batch, k, n)).set(b_data)
     out = a.matmul(b).retrieve()
     compiled = cx.compile(CPUCompiler())
     (source,) = [k.source for s in compiled.segments for k in s.kernels if "lm_sgemm(" in k.source]
@@ -41,3 +43,13 @@ def test_a_short_batch_keeps_the_serial_loop(threads, rng) -> None:  # noqa: ANN
     source, got, expected = _batched(rng, PARALLEL_BATCH - 1)
     assert "#pragma omp parallel for" not in source, source
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_packed_products_inside_the_region_equal_torch(threads, rng) -> None:  # noqa: ANN001
+    """Products large enough for gemm.c's packed kernel (65 x 100 x 448: a last row panel
+    of 1 row, K in two blocks, a narrow last column tile), run by the batch region's
+    threads, where lm_gemm plans for the one thread a nested region has (lm_threads)."""
+    threads(2)
+    source, got, expected = _batched(rng, 36, m=65, k=448, n=100)
+    assert "#pragma omp parallel for" in source, source
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
