@@ -31,10 +31,22 @@ def is_blas_contract(node) -> bool:  # noqa: ANN001 - a Node
     if not isinstance(node.op, ops.Contract):
         return False
     views = [e.view for e in node.inputs]
+    if _padded_broadcast(views):
+        return False
     return not _packs_a_broadcast(node) and any(
         (a == 0) != (b == 0)
         for a, b, d in zip(views[0].strides, views[1].strides, views[0].shape, strict=True)
         if d != 1
+    )
+
+
+def _padded_broadcast(views: Sequence) -> bool:
+    """Whether an operand is broadcast (stride 0) along an axis it is also padded along:
+    it varies there through its mask, which the axis classes (read from strides) miss."""
+    return any(
+        view.mask is not None and stride == 0 and tuple(view.mask[d]) != (0, view.shape[d])
+        for view in views
+        for d, stride in enumerate(view.strides)
     )
 
 
@@ -124,7 +136,10 @@ class Axes:
 
 def classify(shape: Sequence[Expr], summed: Sequence[int], views: Sequence) -> Axes | None:
     """Split the logical axes (size-1 axes dropped) into batch, M, N and K; None when the
-    output would be broadcast along an axis (neither operand varies along it)."""
+    output would be broadcast along an axis (neither operand varies along it) or an
+    operand is padded along an axis it is broadcast along (`_padded_broadcast`)."""
+    if _padded_broadcast(views):
+        return None
     axes = Axes([], [], [], [])
     sa, sb = views[0].strides, views[1].strides
     for d in range(len(shape)):

@@ -180,6 +180,23 @@ def test_other_operand_padded_along_the_matrix_rows_is_not_folded(rng):
     assert not any("constmat" in name for name in _kernel_names(cx))
 
 
+@pytest.mark.parametrize("constant", [True, False], ids=["constant", "input"])
+def test_product_with_an_operand_padded_along_its_broadcast_axis_matches_numpy(rng, constant):
+    """The same product's values, from a constant matrix or an ordinary input: not a BLAS
+    product either (its axis classes come from strides, so sgemm read the padded rows as
+    the others; a product of an ordinary input failed verification before)."""
+    matrix, data = _matrix(rng, 6, 36), rng.standard_normal((36, 5)).astype(np.float32)
+    cx = lm.Graph()
+    c = constant_matrix(cx, matrix, "c") if constant else cx.tensor((6, 36)).set(matrix)
+    x = cx.tensor((36, 5)).set(data).reshape((1, 36, 5)).expand((4, 36, 5))
+    y = (c.reshape((6, 36, 1)) * x.pad([(1, 1), None, None])).sum(1).retrieve()
+    cx.compile(lm.CPUCompiler())
+    cx.execute()
+    want = matrix.astype(np.float64) @ data
+    want[[0, 5]] = 0.0
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-5, atol=1e-5)
+
+
 def test_pickled_graph_keeps_its_constants(rng):
     """A copy by pickle still refuses new data for the constant and folds its values."""
     import pickle
