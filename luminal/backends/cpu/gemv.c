@@ -81,12 +81,14 @@ static void lm_gemv_band(long long m, long long j0, long long j1, long long k, c
 
 /* all threads, B's rows in chunks of at least LM_GEMV_CHUNK_BYTES handed out dynamically:
    a thread the OS delays holds up only its chunk (a static split in halves ran at half
-   the speed on the loaded 2-core machine) */
+   the speed on the loaded 2-core machine); inside an active parallel region (a batch of
+   products run as one region) a nested region has one thread: one band, as gemm.c's
+   lm_threads() plans */
 static void lm_gemv(long long m, long long n, long long k, const float* a, long long lda,
                     const float* b, long long ldb, float* c, long long ldc)
 {
     const long long bytes = n * k * (long long)sizeof(float);
-    if (bytes < LM_GEMV_MIN_BYTES || omp_get_max_threads() == 1) {
+    if (bytes < LM_GEMV_MIN_BYTES || omp_get_max_threads() == 1 || omp_in_parallel()) {
         lm_gemv_band(m, 0, n, k, a, lda, b, ldb, c, ldc);
         return;
     }
