@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from luminal.dtype import DType
 from luminal.graph import Graph, Node
 from luminal.kernel import ir
-from luminal.kernel.indexing import flat_index, loop_name
+from luminal.kernel.indexing import flat_index, index_loop_name
 from luminal.kernel.values import ValueLowering
 from luminal.shape.expr import ONE, Expr, sym
 
@@ -83,10 +83,6 @@ def _product(shape: Sequence[Expr]) -> Expr:
     for d in shape:
         total = total * d
     return total
-
-
-def _name(index: Expr) -> str:
-    return loop_name(index.terms[0][0][0].args[0])
 
 
 def _f(op: str, *args: ir.Value) -> ir.Alu:
@@ -149,7 +145,7 @@ class _Builder:
     def loop(self, name: str, extent: Expr, kind: str, body: Callable) -> ir.Loop:
         """A loop over a fresh index; `body(index)` gives its statements."""
         index = self.index(name, extent)
-        return ir.Loop(_name(index), extent, kind, tuple(body(index)))  # type: ignore[arg-type]
+        return ir.Loop(index_loop_name(index), extent, kind, tuple(body(index)))  # type: ignore[arg-type]
 
     # scratch of the current slot
     def key_at(self, d: Expr, j: Expr) -> Expr:
@@ -234,8 +230,8 @@ def attention_kernel(
     body = (item_decl, *decls, row0_decl, nrows_decl, _initialise(b), pack, _key_loop(b))
     body = (*body, _finish(b))
     work = _product(b.batch) * b.length * b.keys * b.depth
-    per_item = ir.Loop(_name(rounds), (items - b.slot).ceildiv(slots), "serial", body)
-    parallel = ir.Loop(_name(b.slot), slots, "parallel", (per_item,), work)
+    per_item = ir.Loop(index_loop_name(rounds), (items - b.slot).ceildiv(slots), "serial", body)
+    parallel = ir.Loop(index_loop_name(b.slot), slots, "parallel", (per_item,), work)
     scratch = {
         KEY_BLOCK: slots * b.block * b.depth,
         SCORE_ROW: slots * b.block * GROUP,
@@ -308,7 +304,9 @@ def _key_loop(b: _Builder) -> ir.Loop:
     groups = b.nrows // GROUP
     grouped = b.loop("g0_", groups, "serial", lambda g: _group(b, g * GROUP))
     rest = b.loop("i0_", b.nrows - groups * GROUP, "serial", lambda i: _row(b, groups * GROUP + i))
-    return ir.Loop(_name(block), blocks, "serial", (col0_decl, ncols_decl, *packs, grouped, rest))
+    return ir.Loop(
+        index_loop_name(block), blocks, "serial", (col0_decl, ncols_decl, *packs, grouped, rest)
+    )
 
 
 def _pack_queries(b: _Builder) -> ir.Loop:
@@ -528,7 +526,7 @@ def _softmax_row(b: _Builder, i: Expr, row: Expr, r: Expr | int) -> list[ir.Stmt
     j = b.index("j0_", b.ncols)
     scaled = b.masked(_f("mul", score(j), _c(b.op.scale)), row, b.col0 + j)
     masked = ir.Loop(
-        _name(j),
+        index_loop_name(j),
         b.ncols,
         "reduce",
         (
@@ -539,7 +537,7 @@ def _softmax_row(b: _Builder, i: Expr, row: Expr, r: Expr | int) -> list[ir.Stmt
         reductions=(ir.Reduction("mb", "max", F32),),
     )
     exps = ir.Loop(
-        _name(j),
+        index_loop_name(j),
         b.ncols,
         "reduce",
         (
@@ -562,7 +560,7 @@ def _direct_scores(b: _Builder, row: Expr) -> ir.Loop:
 
         d = b.index("d0_", b.depth)
         dot = ir.Loop(
-            _name(d),
+            index_loop_name(d),
             b.depth,
             "reduce",
             tuple(lane(d)),

@@ -13,7 +13,7 @@ import numpy as np
 from luminal.dtype import DType
 from luminal.graph import Graph, Node
 from luminal.kernel import ir
-from luminal.kernel.indexing import flat_index, loop_name
+from luminal.kernel.indexing import flat_index, index_loop_name
 from luminal.kernel.lower import kernel_label, loop_nest, product
 from luminal.kernel.values import ValueLowering
 from luminal.schedule.constant_matrix import constant_contract
@@ -53,7 +53,7 @@ def constant_contract_kernel(
     nest = loop_nest([shape[d] for d in columns], indices, body, work)
     inner = [index for d, index in zip(columns, indices, strict=True) if shape[d] != 1]
     if inner:
-        nest = _simd(nest, loop_name(inner[-1].terms[0][0][0].args[0]))
+        nest = _simd(nest, index_loop_name(inner[-1]))
     label = "constmat_" + kernel_label(graph, w, node)
     computed = tuple(sorted({*w.nodes, node.id}))
     return ir.Kernel(label, w.kernel_params(), tuple(dims), nest, computed)

@@ -37,6 +37,12 @@ def loop_name(variable: str) -> str:
     return variable.removesuffix(LOOP_MARK)
 
 
+def index_loop_name(index: Expr) -> str:
+    """The generated-code name of the loop whose index expression is `index`
+    (`loop_index(name, ...)`)."""
+    return loop_name(index.terms[0][0][0].args[0])
+
+
 def dims_of(graph: Graph) -> list[str]:
     """The names of the symbolic dims a graph's kernels read, sorted: the order of the
     dimension array every kernel receives."""

@@ -16,7 +16,7 @@ from luminal.dtype import DType
 from luminal.errors import CompileError
 from luminal.graph import Graph, Node
 from luminal.kernel import ir
-from luminal.kernel.indexing import flat_index, loop_name
+from luminal.kernel.indexing import flat_index, index_loop_name
 from luminal.kernel.transforms import walk
 from luminal.kernel.values import NotRowLocal, ValueLowering, substitute_indices
 from luminal.schedule.fusion import UNROLL_LIMIT
@@ -60,14 +60,9 @@ def loop_nest(
     nest = tuple(body)
     for position, axis in reversed(list(enumerate(order))):
         kind = "parallel" if position == 0 and work is not None else "serial"
-        name = _name(indices[axis])
+        name = index_loop_name(indices[axis])
         nest = (ir.Loop(name, shape[axis], kind, nest, work if kind == "parallel" else None),)
     return nest
-
-
-def _name(index: Expr) -> str:
-    """The IR name of a loop index expression (`loop_index(name, ...)`)."""
-    return loop_name(index.terms[0][0][0].args[0])
 
 
 def _kernel(
@@ -238,7 +233,7 @@ def _column_reduction(
     init = loop_nest(tile_shape, tile_idx, [ir.Store(0, flat, identity, node.dtype)], None)
     steps = loop_nest(tile_shape, tile_idx, [ir.Store(0, flat, update, node.dtype)], None)
     size = node.inputs[0].view.shape[node.op.axis]
-    reduce_loop = ir.Loop(_name(reduce_index), size, "serial", steps)
+    reduce_loop = ir.Loop(index_loop_name(reduce_index), size, "serial", steps)
     work = product(node.inputs[0].view.shape)
     outer_shape = [shape[a] for a in outer_axes]
     outer_idx = [outer[a] for a in outer_axes]
@@ -339,7 +334,7 @@ def _multi_sum_kernel(
         ir.Accumulate("acc", "add", ir.Var("v1", node.dtype)),
     )
     for d in reversed(summed[:-1]):
-        body = (ir.Loop(_name(reduce_vars[d]), shape[d], "serial", body),)
+        body = (ir.Loop(index_loop_name(reduce_vars[d]), shape[d], "serial", body),)
     stages = [
         ir.Declare("acc", node.dtype, _zero(node.dtype)),
         *body,
@@ -395,7 +390,7 @@ def _reduction_loop(
             *((store,) if store is not None else ()),
             ir.Accumulate(local, op, v),
         )
-    return ir.Loop(_name(index), size, "reduce", body, reductions=(reduction,))
+    return ir.Loop(index_loop_name(index), size, "reduce", body, reductions=(reduction,))
 
 
 # ----------------------------------------------------------------------------- rows
@@ -442,7 +437,7 @@ def row_kernel(
         stages.append(ir.Store(0, row_flat, ir.Var("acc", head.dtype), head.dtype))
     else:
         store = ir.Store(0, row_flat * inner + j, w.value(head, [*outer_idx, j]), head.dtype)
-        stages.append(ir.Loop(_name(j), inner, "serial", (store,)))
+        stages.append(ir.Loop(index_loop_name(j), inner, "serial", (store,)))
     w.nodes.extend(absorbed)
     return _kernel(graph, head, w, dims, loop_nest(outer, outer_idx, stages, product(full)))
 
@@ -485,8 +480,8 @@ def gather_kernel(
     index_dtype = graph.nodes[index_edge.source].dtype
     store = ir.Store(0, flat_index(indices, node.shape), value, node.dtype)
     body = [
-        ir.Declare(_name(row), ir.INDEX, ir.Cast(index_value, index_dtype, ir.INDEX)),
-        ir.CheckIndex(_name(row), rows, "clamp"),
+        ir.Declare(index_loop_name(row), ir.INDEX, ir.Cast(index_value, index_dtype, ir.INDEX)),
+        ir.CheckIndex(index_loop_name(row), rows, "clamp"),
         *loop_nest(node.shape[lead:], indices[lead:], [store], None),
     ]
     nest = loop_nest(node.shape[:lead], indices[:lead], body, product(node.shape))
@@ -514,8 +509,8 @@ def scatter_kernel(
     index_dtype = graph.nodes[index_edge.source].dtype
     total = ir.Alu("add", (ir.Load(0, target, node.dtype), update_value), node.dtype)
     scatter = [
-        ir.Declare(_name(row), ir.INDEX, ir.Cast(index_value, index_dtype, ir.INDEX)),
-        ir.CheckIndex(_name(row), node.shape[0], "skip"),
+        ir.Declare(index_loop_name(row), ir.INDEX, ir.Cast(index_value, index_dtype, ir.INDEX)),
+        ir.CheckIndex(index_loop_name(row), node.shape[0], "skip"),
         ir.Store(0, target, total, node.dtype),
     ]
     body = (

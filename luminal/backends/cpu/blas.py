@@ -33,7 +33,7 @@ from luminal.backends.cpu.gemm import PROTOTYPE
 from luminal.dtype import DType
 from luminal.graph import Edge, Graph, Node
 from luminal.kernel import ir
-from luminal.kernel.indexing import flat_index, loop_name
+from luminal.kernel.indexing import flat_index, index_loop_name
 from luminal.kernel.values import ValueLowering
 from luminal.schedule.contraction import (
     Axes,
@@ -233,7 +233,7 @@ def sgemm_kernel(
     kind = _batch_kind(shape, axes.batch, bool(packing.scratch) or gather is not None)
     for i, d in reversed(list(zip(index, axes.batch, strict=True))):
         work = shape[d] * m * n * k if kind == "parallel" else None  # multiply-adds
-        body = (ir.Loop(_name(i), shape[d], kind, body, work),)
+        body = (ir.Loop(index_loop_name(i), shape[d], kind, body, work),)
     computed = tuple(sorted({*w.nodes, node.id, *([gather[0].copy] if gather else [])}))
     return ir.Kernel(
         "sgemm",
@@ -309,10 +309,6 @@ def _batch_kind(shape: Sequence[Expr], batch: Sequence[int], shared: bool) -> ir
     return "parallel" if extent is not None and extent >= PARALLEL_BATCH else "serial"
 
 
-def _name(index: Expr) -> str:
-    return loop_name(index.terms[0][0][0].args[0])
-
-
 def _in_place(
     graph: Graph,
     w: ValueLowering,
@@ -378,7 +374,7 @@ def _pack(
     for position, d in reversed(list(enumerate(order))):
         kind = "parallel" if position == 0 else "serial"
         work = total if position == 0 else None
-        nest = (ir.Loop(_name(loop_vars[d]), shape[d], kind, nest, work),)
+        nest = (ir.Loop(index_loop_name(loop_vars[d]), shape[d], kind, nest, work),)
     return nest, matrix, transposed, total + 1
 
 

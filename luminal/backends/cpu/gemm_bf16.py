@@ -18,13 +18,12 @@ from pathlib import Path
 from luminal.backends.cpu.blas import (
     FLIP,
     Packing,
-    _name,
     output_matrix,
 )
 from luminal.dtype import DType
 from luminal.graph import Graph, Node
 from luminal.kernel import ir
-from luminal.kernel.indexing import flat_index
+from luminal.kernel.indexing import flat_index, index_loop_name
 from luminal.kernel.values import ValueLowering
 from luminal.shape.expr import ZERO, sym
 
@@ -87,7 +86,7 @@ def half_kernel(
     )  # fmt: skip
     body: tuple[ir.Stmt, ...] = (call,)
     for i, d in reversed(list(zip(index, axes.batch, strict=True))):
-        body = (ir.Loop(_name(i), shape[d], "serial", body),)
+        body = (ir.Loop(index_loop_name(i), shape[d], "serial", body),)
     return ir.Kernel(
         "gemm_half",
         w.kernel_params(),
