@@ -342,6 +342,21 @@ def _vectors(available: int) -> int:
     return next(v for v in (TILE_VECTORS, 2, 1) if available % v == 0)
 
 
+def _tile_step(
+    acc: list[list[str]], rows: list[ir.Value], columns: list[ir.Value]
+) -> list[ir.Stmt]:
+    """One step of a register tile's serial loop, both tiles' product: each row's and
+    each column's value read once into a local, then acc[r][c] += rows[r] * columns[c]."""
+    reads = [ir.Declare(f"tc{c}", F32, v, True) for c, v in enumerate(columns)]
+    reads += [ir.Declare(f"tr{r}", F32, v, True) for r, v in enumerate(rows)]
+    updates = [
+        ir.Accumulate(acc[r][c], "add", _f("mul", _v(f"tr{r}"), _v(f"tc{c}")))
+        for r in range(len(rows))
+        for c in range(len(columns))
+    ]
+    return [*reads, *updates]
+
+
 def _score_tile(b: _Builder, first: Expr) -> ir.Loop:
     """The group's scores against the packed key block as register tiles: per tile,
     GROUP rows x `vectors` x TILE_LANES keys accumulate in locals of a TILE_LANES-lane
@@ -356,22 +371,11 @@ def _score_tile(b: _Builder, first: Expr) -> ir.Loop:
             cols = [t * width + c * TILE_LANES + j for c in range(vectors)]
 
             def step(d: Expr) -> list[ir.Stmt]:
-                keys = [
-                    ir.Declare(f"kt{c}", F32, ir.Load(KEY_BLOCK, b.key_at(d, col), F32), True)
-                    for c, col in enumerate(cols)
-                ]
+                keys = [ir.Load(KEY_BLOCK, b.key_at(d, col), F32) for col in cols]
                 queries = [
-                    ir.Declare(
-                        f"qt{r}", F32, ir.Load(QUERY_BLOCK, b.query_at(first + r, d), F32), True
-                    )
-                    for r in range(GROUP)
+                    ir.Load(QUERY_BLOCK, b.query_at(first + r, d), F32) for r in range(GROUP)
                 ]
-                updates = [
-                    ir.Accumulate(acc[r][c], "add", _f("mul", _v(f"qt{r}"), _v(f"kt{c}")))
-                    for r in range(GROUP)
-                    for c in range(vectors)
-                ]
-                return [*keys, *queries, *updates]
+                return _tile_step(acc, queries, keys)
 
             zeros = [ir.Declare(a, F32, _c(0.0)) for row in acc for a in row]
             stores = [
@@ -401,20 +405,9 @@ def _value_tile(b: _Builder, first: Expr, vectors: int) -> ir.Loop:
             cols = [t * width + c * TILE_LANES + e for c in range(vectors)]
 
             def step(j: Expr) -> list[ir.Stmt]:
-                values = [
-                    ir.Declare(f"vt{c}", F32, ir.Load(VALUE_BLOCK, b.value_at(j, col), F32), True)
-                    for c, col in enumerate(cols)
-                ]
-                weights = [
-                    ir.Declare(f"wt{r}", F32, ir.Load(SCORE_ROW, b.score_at(j, r), F32), True)
-                    for r in range(GROUP)
-                ]
-                updates = [
-                    ir.Accumulate(acc[r][c], "add", _f("mul", _v(f"wt{r}"), _v(f"vt{c}")))
-                    for r in range(GROUP)
-                    for c in range(vectors)
-                ]
-                return [*values, *weights, *updates]
+                values = [ir.Load(VALUE_BLOCK, b.value_at(j, col), F32) for col in cols]
+                weights = [ir.Load(SCORE_ROW, b.score_at(j, r), F32) for r in range(GROUP)]
+                return _tile_step(acc, weights, values)
 
             starts = [
                 ir.Declare(acc[r][c], F32, ir.Load(0, b.out_at(row, col), F32))
