@@ -104,14 +104,19 @@ def test_maxpool_of_relu_pools_first(rng, kwargs):
     t = torch.from_numpy(x).requires_grad_()
     (pool(torch.relu(t)) ** 2).sum().backward()
     np.testing.assert_allclose(grad.numpy(), t.grad.numpy(), atol=ATOL, rtol=RTOL)
-    relu_shapes = [  # among the nodes the output reads (the unpooled relu has no reader)
+    assert relu_shapes(cx, out) == [tuple(out.view.shape)]
+
+
+def relu_shapes(cx: lm.Graph, out: lm.GraphTensor) -> list[tuple]:
+    """The shapes of the relus among the nodes `out` reads (the unpooled relu has no
+    reader): relu is a max over the masked (y, 0) pair, a trailing axis of 2."""
+    return [
         tuple(n.shape)
         for n in map(cx.nodes.get, cx.topological_order([out.node_id]))
         if isinstance(n.op, lm.ops.MaxReduce)
         and tuple(n.inputs[0].view.shape)[-1:] == (2,)
         and n.inputs[0].view.mask is not None
     ]
-    assert relu_shapes == [tuple(out.view.shape)]
 
 
 # ---------------------------------------------------------------- average pooling

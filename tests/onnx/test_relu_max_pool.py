@@ -14,6 +14,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import luminal as lm
+from tests.nn.test_pooling import relu_shapes
 
 
 def _model(pool: onnx.NodeProto, shape: tuple[int, ...], outputs: list[str]) -> onnx.ModelProto:
@@ -51,14 +52,7 @@ def test_relu_then_max_pool_matches_onnxruntime(pads: list[int]) -> None:
     (expected,) = session.run(None, {"x": x})
     (ours,), cx, (out,) = _run(model, x)
     np.testing.assert_allclose(ours, expected, rtol=1e-6, atol=0)
-    relu_shapes = [  # relu = a max over the (y, 0) pair: a trailing axis of 2, masked
-        tuple(n.shape)
-        for n in map(cx.nodes.get, cx.topological_order([out.node_id]))
-        if isinstance(n.op, lm.ops.MaxReduce)
-        and tuple(n.inputs[0].view.shape)[-1:] == (2,)
-        and n.inputs[0].view.mask is not None
-    ]
-    assert relu_shapes == [tuple(out.view.shape)]
+    assert relu_shapes(cx, out) == [tuple(out.view.shape)]
 
 
 def test_relu_then_max_pool_with_indices_matches_onnxruntime() -> None:
