@@ -158,19 +158,28 @@ def _pool_setup(ctx: NodeContext, x: GraphTensor) -> tuple:
 
 def _max_pool(ctx: NodeContext) -> GraphTensor | list[GraphTensor]:
     x = ctx.tensor(0)
-    if len(ctx.node.output) > 1 and ctx.node.output[1]:
-        kernel, strides, dilations, pairs, extra = _pool_setup(ctx, x)
-        full = [(b, e + x_) for (b, e), x_ in zip(pairs, extra, strict=True)]
-        indices = max_pool_indices(ctx, x, kernel, strides, dilations, full)
-        return [_windows_max(ctx, x), indices]
-    inner = relu_input(x)  # relu(max(y, 0-padding)): see luminal.nn.pooling.relu_input
-    return _windows_max(ctx, x) if inner is None else _windows_max(ctx, inner, 0.0).relu()
-
-
-def _windows_max(ctx: NodeContext, x: GraphTensor, fill: float = -math.inf) -> GraphTensor:
-    """Max over the pooling windows of x, its padding reading `fill`."""
     kernel, strides, dilations, pairs, extra = _pool_setup(ctx, x)
     full = [(b, e + x_) for (b, e), x_ in zip(pairs, extra, strict=True)]
+    geometry = (kernel, strides, dilations, full)
+    if len(ctx.node.output) > 1 and ctx.node.output[1]:
+        indices = max_pool_indices(ctx, x, kernel, strides, dilations, full)
+        return [_windows_max(x, *geometry), indices]
+    inner = relu_input(x)  # relu(max(y, 0-padding)): see luminal.nn.pooling.relu_input
+    return (
+        _windows_max(x, *geometry) if inner is None else _windows_max(inner, *geometry, 0.0).relu()
+    )
+
+
+def _windows_max(
+    x: GraphTensor,
+    kernel: list[int],
+    strides: list[int],
+    dilations: list[int],
+    full: list[tuple[int, int]],
+    fill: float = -math.inf,
+) -> GraphTensor:
+    """Max over the pooling windows of x, its padding (`full`, extra included) reading
+    `fill`."""
     source = x if x.dtype.is_float else x.cast(float32)
     windows = sliding_windows(source, kernel, strides, dilations, full, fill)
     return windows.max(tuple(range(x.ndim, x.ndim + len(kernel)))).cast(x.dtype)
