@@ -211,6 +211,21 @@ class FusedAttention(Op):
     arity = None
 
 
+@dataclass(frozen=True)
+class WinogradConv(Op):
+    """A whole Winograd convolution F(tile x tile, 3x3) (`nn/winograd.py`): the input
+    windows' transform, the alpha^2 products with the transformed weights and the output
+    transform in one node, so a backend can run the tiles through all three in cache.
+    Built by the Winograd pass (`compiler/winograd.py`) from the four lowered nodes it
+    replaces, and read through their views: the windows (alpha, alpha, C', N, TH, TW),
+    the transformed weights (alpha^2, K', T, C), kron(B^T, B^T) (alpha^2, alpha^2, C', T)
+    and kron(A^T, A^T) (N, K, TH, tile, TW, tile, alpha^2); the output is
+    (N, K, TH, tile, TW, tile)."""
+
+    tile: int
+    arity = 4
+
+
 UNARY_OPS = (Log2, Exp2, Sin, Sqrt, Recip)
 BINARY_OPS = (Add, Mul, Mod, LessThan)
 REDUCE_OPS = (SumReduce, MaxReduce)
@@ -230,7 +245,7 @@ PRIMITIVES = (
 )
 # ops that lowering produces and every runtime runs, but no user graph holds (so autograd
 # and the encoders meet them only in lowered graphs)
-LOWERED_OPS = (Contract, ContractSum, FusedAttention)
+LOWERED_OPS = (Contract, ContractSum, FusedAttention, WinogradConv)
 
 
 def _describe(shapes: Sequence[Shape], dtypes: Sequence[DType]) -> str:

@@ -142,9 +142,11 @@ def lower_gpu(
     launches (`Choice`; IllegalTransform when one does not apply).
     `special` may supply a backend's own kernel for a node first."""
     from luminal.compiler.attention import unfuse_attention
+    from luminal.compiler.winograd import unfuse_winograd
     from luminal.kernel.gpu_matmul import DEFAULT_TILE, schedule, tiled_matmul
 
     unfuse_attention(graph)  # a graph compiled for the CPU first: no GPU kernel for it
+    unfuse_winograd(graph)
     tile = DEFAULT_TILE if tile is None else tile
     tiles = tiles or {}
     choices = choices or {}

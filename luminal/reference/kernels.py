@@ -17,6 +17,7 @@ from luminal.dtype import DType
 from luminal.errors import ExecutionError
 from luminal.reference.attention import fused_attention
 from luminal.reference.contraction import contract
+from luminal.reference.winograd import winograd_conv
 from luminal.shape.expr import Atom, Expr
 
 Kernel = Callable[[Any, list[np.ndarray], "KernelContext"], np.ndarray]
@@ -219,6 +220,7 @@ KERNELS: dict[type, Kernel] = {
     ops.Contract: _contract,
     ops.ContractSum: _contract_sum,
     ops.FusedAttention: fused_attention,
+    ops.WinogradConv: winograd_conv,
 }
 
 

@@ -145,7 +145,7 @@ def _inline_or_materialise(graph: Graph) -> FusionPlan:
         if node_id in constant:
             root_set.update(e.source for e in node.inputs)
         elif is_blas_contract(node) or isinstance(
-            node.op, ops.Function | ops.Scatter | CustomKernel
+            node.op, ops.Function | ops.Scatter | CustomKernel | ops.WinogradConv
         ):
             root_set.update(gathered.get(e.source, e.source) for e in node.inputs)
     # an attention's additive mask is recomputed per head inside its kernel, never an

@@ -27,6 +27,7 @@ from luminal.training.autograd_views import (
     view_adjoint,
     zeros,
 )
+from luminal.training.winograd_grad import winograd_conv
 
 if TYPE_CHECKING:
     from luminal.graph import Graph, Node
@@ -211,6 +212,7 @@ VJP_RULES: dict[type, Rule] = {
     ops.Contract: _contract,
     ops.ContractSum: _contract,
     ops.FusedAttention: fused_attention,
+    ops.WinogradConv: winograd_conv,
 }
 
 # outputs that are piecewise constant in their inputs: no gradient flows into them

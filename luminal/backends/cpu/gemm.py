@@ -36,4 +36,6 @@ def _source() -> str:
 def support_unit(blas_sgemm: str) -> tuple[str, str]:
     """The (name, C source) unit defining `lm_sgemm`, calling `blas_sgemm` (the BLAS's
     cblas_sgemm symbol) for the products it leaves to the BLAS."""
-    return "lm_gemm", f"#define LM_BLAS_SGEMM {blas_sgemm}\n{_source()}"
+    from luminal.backends.cpu import winograd  # its transforms come from nn/, which imports more
+
+    return "lm_gemm", f"#define LM_BLAS_SGEMM {blas_sgemm}\n{_source()}\n{winograd.source()}"

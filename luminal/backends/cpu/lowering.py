@@ -12,7 +12,9 @@ from luminal.backends.cpu.blas import blas_contract_kernel
 from luminal.backends.cpu.codegen import PRELUDE, RENDERER, KernelSource, kernel_source
 from luminal.backends.cpu.runtime import CompiledGraph, Segment
 from luminal.backends.cpu.sgemm_epilogue import fuse_epilogues
+from luminal.backends.cpu.winograd import winograd_kernel
 from luminal.compiler.attention import fuse_attention
+from luminal.compiler.winograd import fuse_winograd
 from luminal.custom import CustomKernel
 from luminal.graph import Graph
 from luminal.kernel import ir
@@ -59,11 +61,14 @@ def lower_kernels(
 ) -> Lowering:
     """The static (mode="fast") kernel for every materialised node, rendered by
     `renderer`; `blas=False` lowers every contraction to loops (a backend without sgemm).
-    Attention is fused first (`compiler/attention.py`), so its scores never get a buffer.
+    Attention is fused first (`compiler/attention.py`), so its scores never get a buffer,
+    and Winograd convolutions (`compiler/winograd.py`), so their tiles stay in cache.
     `compile_early`: gcc starts on each kernel as it is rendered (`toolchain.compile_early`),
     except a kernel that reads a BLAS product: `assemble` may fuse it into the product's
     call (`sgemm_epilogue.py`), so it is left to the build."""
     fuse_attention(graph)
+    if blas:  # lm_winograd lives in the gemm unit
+        fuse_winograd(graph)
     plan = plan_fusion(graph)
     materialised = set(plan.materialised) | set(plan.inputs)
     dims = dims_of(graph)
@@ -116,6 +121,8 @@ def _kernel(graph: Graph, node: object, materialised: set[int], dims: list[str])
         return reduce_kernel(graph, node, materialised, dims, columns=True)
     if isinstance(op, ops.FusedAttention):
         return attention_kernel(graph, node, materialised, dims)
+    if isinstance(op, ops.WinogradConv):
+        return winograd_kernel(graph, node, materialised, dims)
     if isinstance(op, ops.Gather):
         return gather_kernel(graph, node, materialised, dims)
     if isinstance(op, CustomKernel):

@@ -1,0 +1,116 @@
+"""Winograd fusion (`compiler/winograd.py`, `ops.WinogradConv`, `backends/cpu/winograd.c`):
+the CPU compiler replaces a Winograd convolution's window copy, transforms and products
+by one node whose kernel runs blocks of tiles through all of them; checked against
+torch's conv2d (F(4x4) and F(2x2), overhanging tiles, output channels that do not fill
+a register tile, no padding, bias and ReLU after it), through gradients of a compiled
+graph, the convolutions it leaves unfused, and the OpenCL lowering of a fused graph."""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+import torch
+
+import luminal as lm
+from luminal import ops
+from luminal.compiler import winograd as fusion
+from luminal.nn.winograd import F2, F4
+from tests.conftest import uniform
+
+CONV_MODULE = importlib.import_module("luminal.nn.conv")  # luminal.nn.conv is the function
+ATOL, RTOL = 1e-4, 1e-3
+
+CASES = [  # (input shape, out channels, padding, transforms)
+    ((8, 64, 16, 16), 64, 1, F4),  # 128 tiles: three blocks of the register tile's width
+    ((2, 24, 14, 13), 68, 1, F4),  # overhanging tiles; 68 rows: a last partial row panel
+    ((4, 16, 6, 7), 20, 1, F2),
+    ((3, 8, 11, 9), 5, 0, F4),  # no padding: the windows read the input itself
+    ((1, 3, 40, 90), 4, 1, F4),  # a row of 23 tiles: two segments of lanes
+]
+
+
+def _fused(graph: lm.Graph) -> int:
+    return sum(isinstance(n.op, ops.WinogradConv) for n in graph.nodes.values())
+
+
+def _kernel_names(graph: lm.Graph) -> list[str]:
+    return [k.name for segment in graph.compiled.segments for k in segment.kernels]
+
+
+def _layer(rng, shape, outs, padding):  # noqa: ANN001, ANN202
+    torch.manual_seed(0)
+    reference = torch.nn.Conv2d(shape[1], outs, 3, padding=padding)
+    cx = lm.Graph()
+    layer = lm.nn.Conv2d(cx, shape[1], outs, 3, padding=padding, algorithm="winograd")
+    layer.load_state_dict(reference.state_dict())
+    x = uniform(rng, shape)
+    return cx, layer, reference, x
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}->{c[1]},p{c[2]},F{c[3].tile}")
+def test_fused_convolution_matches_torch(rng, monkeypatch, case) -> None:
+    shape, outs, padding, transforms = case
+    monkeypatch.setattr(CONV_MODULE, "pick", lambda sizes: transforms)
+    cx, layer, reference, x = _layer(rng, shape, outs, padding)
+    y = layer(cx.tensor(shape).set(x)).relu().retrieve()
+    cx.compile(lm.CPUCompiler())
+    assert _fused(cx) == 1
+    names = _kernel_names(cx)
+    assert sum("winograd" in n for n in names) == 1 and not any("constmat" in n for n in names)
+    cx.execute()
+    expected = torch.relu(reference(torch.from_numpy(x))).detach().numpy()
+    np.testing.assert_allclose(y.numpy(), expected, atol=ATOL, rtol=RTOL)
+
+
+def test_large_transformed_weights_stay_unfused(rng, monkeypatch) -> None:
+    """U of 36 x 256 x 256 floats (9.4 MB) is past MAX_WEIGHT_BYTES: the window copy,
+    the constant-matrix transforms and the products stay separate kernels."""
+    monkeypatch.setattr(CONV_MODULE, "pick", lambda sizes: F4)
+    shape = (1, 256, 8, 8)
+    assert fusion.MAX_WEIGHT_BYTES < 36 * 256 * 256 * 4
+    cx, layer, reference, x = _layer(rng, shape, 256, 1)
+    y = layer(cx.tensor(shape).set(x)).retrieve()
+    cx.compile(lm.CPUCompiler())
+    assert _fused(cx) == 0
+    assert sum("constmat" in n for n in _kernel_names(cx)) == 2
+    cx.execute()
+    expected = reference(torch.from_numpy(x)).detach().numpy()
+    np.testing.assert_allclose(y.numpy(), expected, atol=ATOL, rtol=RTOL)
+
+
+def test_gradients_through_a_fused_convolution_match_torch(rng) -> None:
+    """A compiled graph holding WinogradConv differentiates (its VJP spells the chain it
+    stands for in primitives) to torch's gradients for the input and the weight."""
+    shape = (2, 8, 9, 10)
+    cx, layer, reference, x = _layer(rng, shape, 6, 1)
+    xt = cx.tensor(shape).set(x).keep()
+    y = layer(xt)
+    loss = (y * y).sum().retrieve()
+    cx.compile(lm.CPUCompiler())
+    assert _fused(cx) == 1
+    grads = cx.compile(lm.training.Autograd([xt, layer.weight], loss))
+    for g in grads:
+        g.retrieve()
+    cx.compile(lm.CPUCompiler())
+    cx.execute()
+    tx = torch.from_numpy(x).requires_grad_()
+    out = reference(tx)
+    expected = torch.autograd.grad((out * out).sum(), [tx, reference.weight])
+    for g, e in zip(grads, expected, strict=True):
+        np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-3, atol=2e-3)
+
+
+def test_a_fused_graph_runs_on_opencl(rng) -> None:
+    """The GPU lowering has no WinogradConv kernel: it unfuses first, so a graph the CPU
+    compiler fused compiles for OpenCL (PoCL here) and still equals torch."""
+    shape = (2, 8, 12, 12)
+    cx, layer, reference, x = _layer(rng, shape, 8, 1)
+    y = layer(cx.tensor(shape).set(x)).retrieve()
+    cx.compile(lm.CPUCompiler())
+    assert _fused(cx) == 1
+    cx.compile(lm.OpenCLCompiler())
+    cx.execute()
+    expected = reference(torch.from_numpy(x)).detach().numpy()
+    np.testing.assert_allclose(y.numpy(), expected, atol=ATOL, rtol=RTOL)
