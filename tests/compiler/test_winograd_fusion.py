@@ -114,3 +114,22 @@ def test_a_fused_graph_runs_on_opencl(rng) -> None:
     cx.execute()
     expected = reference(torch.from_numpy(x)).detach().numpy()
     np.testing.assert_allclose(y.numpy(), expected, atol=ATOL, rtol=RTOL)
+
+
+def test_the_declaration_matches_winograd_c() -> None:
+    """Kernels declare `lm_winograd` themselves (`PROTOTYPE`): its parameter types must
+    be those of the definition, or a kernel would call it with the wrong arguments."""
+    import re
+    from pathlib import Path
+
+    from luminal.backends.cpu import winograd
+
+    source = (Path(winograd.__file__).parent / "winograd.c").read_text()
+    definition = re.search(r"\nlong long lm_winograd\(([^)]*)\)", source)
+    assert definition is not None
+    types = [" ".join(p.split()[:-1]).replace(" *", "*") for p in definition.group(1).split(",")]
+    declared = re.search(r"lm_winograd\(([^)]*)\)", winograd.PROTOTYPE)
+    assert declared is not None
+    assert [t.strip() for t in declared.group(1).split(",")] == [
+        t.replace("float *", "float*") for t in types
+    ]

@@ -107,12 +107,16 @@ static inline __attribute__((always_inline)) void lm_wg_input(
 {
     const int used = tile * count + alpha - tile; /* floats of a window row the tiles read */
     lm_vec h[LM_WG_ALPHA][LM_WG_ALPHA];
+    #pragma GCC unroll 8
     for (int a = 0; a < alpha; a++) {
         const float* line = row + a * x_h;
         lm_vec d[LM_WG_ALPHA];
+        #pragma GCC unroll 8
         for (int b = 0; b < alpha; b++) d[b] = lm_wg_take(line + b, used - b, tile, mk);
+        #pragma GCC unroll 8
         for (int j = 0; j < alpha; j++) {
             lm_vec acc = (lm_vec){0};
+            #pragma GCC unroll 8
             for (int b = 0; b < alpha; b++) {
                 const float w = bt[j * alpha + b];
                 if (w != 0.0f) acc += w * d[b];
@@ -120,9 +124,12 @@ static inline __attribute__((always_inline)) void lm_wg_input(
             h[a][j] = acc;
         }
     }
+    #pragma GCC unroll 8
     for (int i = 0; i < alpha; i++)
+        #pragma GCC unroll 8
         for (int j = 0; j < alpha; j++) {
             lm_vec acc = (lm_vec){0};
+            #pragma GCC unroll 8
             for (int a = 0; a < alpha; a++) {
                 const float w = bt[i * alpha + a];
                 if (w != 0.0f) acc += w * h[a][j];
@@ -141,20 +148,28 @@ static inline __attribute__((always_inline)) void lm_wg_output(
     int count, float* restrict out, long long y_i, const lm_wg_masks* mk)
 {
     lm_vec p[LM_WG_ALPHA - 2][LM_WG_ALPHA];
+    #pragma GCC unroll 8
     for (int i = 0; i < tile; i++)
+        #pragma GCC unroll 8
         for (int b = 0; b < alpha; b++) p[i][b] = (lm_vec){0};
+    #pragma GCC unroll 8
     for (int a = 0; a < alpha; a++)
+        #pragma GCC unroll 8
         for (int b = 0; b < alpha; b++) {
             const lm_vec x = lm_vload(m + (a * alpha + b) * m_q);
+            #pragma GCC unroll 8
             for (int i = 0; i < tile; i++) {
                 const float w = at[i * alpha + a];
                 if (w != 0.0f) p[i][b] += w * x;
             }
         }
+    #pragma GCC unroll 8
     for (int i = 0; i < tile; i++) {
         lm_vec y[LM_WG_ALPHA - 2];
+        #pragma GCC unroll 8
         for (int j = 0; j < tile; j++) {
             lm_vec acc = (lm_vec){0};
+            #pragma GCC unroll 8
             for (int b = 0; b < alpha; b++) {
                 const float w = at[j * alpha + b];
                 if (w != 0.0f) acc += w * p[i][b];
@@ -177,6 +192,7 @@ static inline __attribute__((always_inline)) void lm_wg_output(
             row[3] = __builtin_shuffle(hi01, hi23, mk->quad[1]);
         }
         float* r = out + i * y_i;
+        #pragma GCC unroll 8
         for (int o = 0; o < tile; o++) lm_wg_store(r + o * LM_VW, row[o], tile * count - o * LM_VW);
     }
 }
@@ -206,28 +222,31 @@ static int lm_wg_segments(long long t0, long long t1, long long rows, long long 
    LM_WG_AT2, row-major, defined before this file from those matrices):
    - the input windows: image n, channel c, tile row th, column tw start at
      x + n * x_n + c * x_c + th * x_th + tw * tile, their rows x_h apart, unit-stride
-     (a padded input: every window lies inside it);
+     (a padded input: every window lies inside it); x_size floats from x may be read;
    - u: the transformed weights, U_q[k][c] at u + q * u_q + k * u_k + c;
    - the output tiles: row i of tile (n, k, th, tw) at y + n * y_n + k * y_k + th * y_th +
      i * y_i + tw * tile (unit-stride).
    Returns 0, or the bytes it could not allocate (nothing written). */
 long long lm_winograd(long long tile, long long images, long long rows, long long cols,
                       long long channels, long long outs, const float* x, long long x_n,
-                      long long x_c, long long x_h, long long x_th, const float* u,
+                      long long x_c, long long x_h, long long x_th, long long x_size,
+                      const float* u,
                       long long u_q, long long u_k, float* y, long long y_n, long long y_k,
                       long long y_th, long long y_i)
 {
     const int alpha = (int)tile + 2, q_count = alpha * alpha;
     const long long tiles = images * rows * cols;
+    const float* x_end = x + x_size;
     const int threads = lm_threads();
-    /* blocks of at most LM_NR tiles, a multiple of the threads in number */
-    long long blocks = (tiles + LM_NR - 1) / LM_NR;
-    if (threads > 1) blocks = (blocks + threads - 1) / threads * threads;
-    if (blocks > tiles) blocks = tiles;
-    const long long block = (tiles + blocks - 1) / blocks;
+    /* blocks of LM_NR tiles (whole register tiles) */
+    const long long block = LM_NR, blocks = (tiles + block - 1) / block;
     const long long full_panels = outs / LM_MR, last_rows = outs % LM_MR;
-    const size_t v_floats = (size_t)(q_count * channels * LM_WG_LDV);
-    const size_t m_floats = (size_t)(q_count * outs * LM_NR);
+    /* the alpha^2 positions' blocks of V and of M one cache line more than their rows
+       apart: 64 x 64 floats apart (16 KB) put the input transform's 36 stores, and the
+       output transform's 36 loads, in one L1 set */
+    const long long v_q = channels * LM_WG_LDV + 64 / (long long)sizeof(float);
+    const long long m_q = outs * LM_NR + 64 / (long long)sizeof(float);
+    const size_t v_floats = (size_t)(q_count * v_q), m_floats = (size_t)(q_count * m_q);
     const size_t a_floats = (size_t)(last_rows ? q_count * channels * LM_MR : 0);
     const size_t bytes = (v_floats + m_floats + a_floats) * sizeof(float);
     /* the last partial panel of U's rows, packed (zero rows past K): the register tile
@@ -260,7 +279,6 @@ long long lm_winograd(long long tile, long long images, long long rows, long lon
             const int width = (int)(t1 - t0);
             const int segments = lm_wg_segments(t0, t1, rows, cols, x, x_n, x_th, tile, y,
                                                 y_n, y_th, seg);
-            const long long v_q = channels * LM_WG_LDV, m_q = outs * LM_NR;
             for (int s = 0; s < segments; s++)
                 for (int l0 = 0; l0 < seg[s].count; l0 += LM_VW) {
                     const int count = seg[s].count - l0 < LM_VW ? seg[s].count - l0 : LM_VW;
@@ -271,11 +289,16 @@ long long lm_winograd(long long tile, long long images, long long rows, long lon
                         float* vcc = vc + c * LM_WG_LDV;
                         /* constant sizes and matrices: every loop unrolled, zero terms
                            dropped, whole vectors unmasked */
-                        if (tile == 4 && count == LM_VW)
+                        /* whole vectors where they stay inside x (the lanes past
+                           `count` read the next tiles or row: their columns of V are
+                           never stored in Y), masked loads only at its end */
+                        const int whole = count == LM_VW ||
+                                          rc + (alpha - 1) * x_h + tile * LM_VW + alpha <= x_end;
+                        if (tile == 4 && whole)
                             lm_wg_input(4, 6, LM_WG_BT4, rc, x_h, LM_VW, vcc, v_q, &masks);
                         else if (tile == 4)
                             lm_wg_input(4, 6, LM_WG_BT4, rc, x_h, count, vcc, v_q, &masks);
-                        else if (count == LM_VW)
+                        else if (whole)
                             lm_wg_input(2, 4, LM_WG_BT2, rc, x_h, LM_VW, vcc, v_q, &masks);
                         else
                             lm_wg_input(2, 4, LM_WG_BT2, rc, x_h, count, vcc, v_q, &masks);

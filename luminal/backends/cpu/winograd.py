@@ -16,13 +16,13 @@ from luminal.graph import Graph, Node
 from luminal.kernel import ir
 from luminal.kernel.values import ValueLowering
 from luminal.nn.winograd import F2, F4
-from luminal.shape.expr import sym
+from luminal.shape.expr import product, sym
 from luminal.shape.tracker import contiguous_strides
 
 PROTOTYPE = (
     "long long lm_winograd(long long, long long, long long, long long, long long, long long, "
-    "const float*, long long, long long, long long, long long, const float*, long long, "
-    "long long, float*, long long, long long, long long, long long);"
+    "const float*, long long, long long, long long, long long, long long, const float*, "
+    "long long, long long, float*, long long, long long, long long, long long);"
 )
 
 
@@ -53,13 +53,15 @@ def winograd_kernel(
     x_offset, x_n, x_c, x_h, x_th = windows_layout(windows.view, s)  # type: ignore[misc]
     u_offset, u_q, u_k = weights_layout(weights.view)  # type: ignore[misc]
     y_n, y_k, y_th, y_i, _, _ = (int(v.as_int()) for v in contiguous_strides(node.shape))  # type: ignore[arg-type]
+    # the floats of the windows' buffer from their offset (whole vectors are read up to it)
+    x_size = product(graph.nodes[windows.source].shape) - x_offset
     w = ValueLowering(graph, materialised - {node.id})
     w.param(node.id)
     x = ir.Pointer(w.param(windows.source), sym(x_offset))
     u = ir.Pointer(w.param(weights.source), sym(u_offset))
     args = (
         s.tile, s.images, s.rows, s.cols, s.channels, s.outs,
-        x, x_n, x_c, x_h, x_th, u, u_q, u_k,
+        x, x_n, x_c, x_h, x_th, x_size, u, u_q, u_k,
         ir.Pointer(0, sym(0)), y_n, y_k, y_th, y_i,
     )  # fmt: skip
     call = ir.LibraryCall(
