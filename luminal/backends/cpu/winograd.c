@@ -37,21 +37,28 @@ typedef struct {
     int count;
 } lm_wg_segment;
 
-/* Lanes: LM_VW tiles side by side. A window row's element tile * l + b for lane l is
-   taken from the row's floats by two-source shuffles (vpermt2ps with AVX-512), and a
-   tile row's outputs are interleaved back the same way. */
+/* Lanes: LM_VW tiles side by side. A window row's elements tile * l + b (lane l, b <
+   alpha) are taken from the row's floats by two-source shuffles (vpermt2ps with
+   AVX-512), and a tile row's outputs are interleaved back the same way. */
 typedef struct {
-    lm_ivec even[2]; /* lanes l <- element tile * l of 2 (tile 2) or 4 (tile 4) vectors */
-    lm_ivec pair[2]; /* lanes (2e, 2e + 1) <- lane e of two vectors: first, second half */
-    lm_ivec quad[2]; /* lanes (4e .. 4e + 3) <- lane pairs e of two pair-interleaved */
+    lm_ivec phases[2]; /* from two vectors: lanes e < n / 2 <- phases (0, 1) (tile 4) or
+                          all lanes <- phase 0 / 1 (tile 2) of element tile * e + phase */
+    lm_ivec join[2];   /* halves (first, second) of two vectors joined */
+    lm_ivec shift[2];  /* lanes 1.. of a vector, then lane 0 / 1 of the next */
+    lm_ivec pair[2];   /* lanes (2e, 2e + 1) <- lane e of two vectors: first, second half */
+    lm_ivec quad[2];   /* lanes (4e .. 4e + 3) <- lane pairs e of two pair-interleaved */
 } lm_wg_masks;
 
 static void lm_wg_make_masks(int tile, lm_wg_masks* mk)
 {
-    const int n = LM_VW;
+    const int n = LM_VW, h = LM_VW / 2;
     for (int e = 0; e < n; e++) {
-        mk->even[0][e] = (tile * e) % (2 * n); /* tile 4: the first n / 2 lanes matter */
-        mk->even[1][e] = e < n / 2 ? e : n + e - n / 2;
+        for (int k = 0; k < 2; k++) /* tile 4: phases (2k, 2k + 1) in the two halves */
+            mk->phases[k][e] = tile == 2 ? 2 * e + k : 4 * (e % h) + 2 * k + e / h;
+        mk->join[0][e] = e < h ? e : n + e - h;
+        mk->join[1][e] = mk->join[0][e] + h;
+        mk->shift[0][e] = e + 1;
+        mk->shift[1][e] = e + 1 + (e == n - 1);
         mk->pair[0][e] = (e % 2 ? n : 0) + e / 2;
         mk->pair[1][e] = mk->pair[0][e] + n / 2;
         mk->quad[0][e] = ((e / 2) % 2 ? n : 0) + 2 * (e / 4) + e % 2;
@@ -86,17 +93,31 @@ static inline __attribute__((always_inline)) void lm_wg_store(float* p, lm_vec v
 #endif
 }
 
-/* lane l = x[tile * l], l < LM_VW, of the floats at x of which `avail` may be read */
-static inline __attribute__((always_inline)) lm_vec lm_wg_take(const float* x, int avail,
-                                                                 int tile, const lm_wg_masks* mk)
+/* d[b] lane l = x[tile * l + b] for b < alpha (tile + 2), l < LM_VW, of the floats at x
+   of which `avail` may be read: the row's `tile` phases from its first tile * LM_VW
+   floats, the last two b the first two phases a lane further on */
+static inline __attribute__((always_inline)) void lm_wg_row(const float* x, int avail, int tile,
+                                                             const lm_wg_masks* mk, lm_vec* d)
 {
     const lm_vec a = lm_wg_load(x, avail), b = lm_wg_load(x + LM_VW, avail - LM_VW);
-    if (tile == 2) return __builtin_shuffle(a, b, mk->even[0]);
-    /* tile 4: the first half of the lanes from each pair of vectors, then joined */
-    const lm_vec c = lm_wg_load(x + 2 * LM_VW, avail - 2 * LM_VW);
-    const lm_vec d = lm_wg_load(x + 3 * LM_VW, avail - 3 * LM_VW);
-    return __builtin_shuffle(__builtin_shuffle(a, b, mk->even[0]),
-                             __builtin_shuffle(c, d, mk->even[0]), mk->even[1]);
+    const lm_vec next = lm_wg_load(x + tile * LM_VW, avail - tile * LM_VW);
+    if (tile == 2) {
+        d[0] = __builtin_shuffle(a, b, mk->phases[0]);
+        d[1] = __builtin_shuffle(a, b, mk->phases[1]);
+    } else {
+        const lm_vec c = lm_wg_load(x + 2 * LM_VW, avail - 2 * LM_VW);
+        const lm_vec e = lm_wg_load(x + 3 * LM_VW, avail - 3 * LM_VW);
+        const lm_vec ab01 = __builtin_shuffle(a, b, mk->phases[0]);
+        const lm_vec ab23 = __builtin_shuffle(a, b, mk->phases[1]);
+        const lm_vec ce01 = __builtin_shuffle(c, e, mk->phases[0]);
+        const lm_vec ce23 = __builtin_shuffle(c, e, mk->phases[1]);
+        d[0] = __builtin_shuffle(ab01, ce01, mk->join[0]);
+        d[1] = __builtin_shuffle(ab01, ce01, mk->join[1]);
+        d[2] = __builtin_shuffle(ab23, ce23, mk->join[0]);
+        d[3] = __builtin_shuffle(ab23, ce23, mk->join[1]);
+    }
+    d[tile] = __builtin_shuffle(d[0], next, mk->shift[0]);
+    d[tile + 1] = __builtin_shuffle(d[1], next, mk->shift[1]);
 }
 
 /* V_q[c][lane + l] for `count` <= LM_VW tiles of channel c whose window rows start at
@@ -111,8 +132,7 @@ static inline __attribute__((always_inline)) void lm_wg_input(
     for (int a = 0; a < alpha; a++) {
         const float* line = row + a * x_h;
         lm_vec d[LM_WG_ALPHA];
-        #pragma GCC unroll 8
-        for (int b = 0; b < alpha; b++) d[b] = lm_wg_take(line + b, used - b, tile, mk);
+        lm_wg_row(line, used, tile, mk, d);
         #pragma GCC unroll 8
         for (int j = 0; j < alpha; j++) {
             lm_vec acc = (lm_vec){0};
