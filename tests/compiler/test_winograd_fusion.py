@@ -133,3 +133,21 @@ def test_the_declaration_matches_winograd_c() -> None:
     assert [t.strip() for t in declared.group(1).split(",")] == [
         t.replace("float *", "float*") for t in types
     ]
+
+
+def test_bias_residual_and_relu_fuse_into_the_call(rng, monkeypatch) -> None:
+    """relu(conv(x) + bias + x), a ResNet block's second convolution: the consumer is
+    applied as the tiles are stored (`lm_winograd_ep`), no kernel of its own."""
+    monkeypatch.setattr(CONV_MODULE, "pick", lambda sizes: F4)
+    shape = (2, 16, 12, 12)  # whole tiles: the consumer reads the product as it lies
+    cx, layer, reference, x = _layer(rng, shape, 16, 1)
+    xt = cx.tensor(shape).set(x)
+    y = (layer(xt) + xt).relu().retrieve()
+    cx.compile(lm.CPUCompiler())
+    assert _fused(cx) == 1
+    names = _kernel_names(cx)
+    assert any("winograd_bias_residual_relu" in n for n in names)
+    assert not any("maxreduce" in n or "_add" in n for n in names)
+    cx.execute()
+    expected = torch.relu(reference(torch.from_numpy(x)) + torch.from_numpy(x))
+    np.testing.assert_allclose(y.numpy(), expected.detach().numpy(), atol=ATOL, rtol=RTOL)

@@ -1,5 +1,7 @@
 """BLAS products that compute their consumer as they store: the bias, residual and ReLU
-or GELU of a linear layer or a convolution, fused into the product's `lm_sgemm` call.
+or GELU of a linear layer or a convolution, fused into the product's `lm_sgemm` call
+(and a fused Winograd convolution's bias, residual and ReLU into its `lm_winograd` call,
+`backends/cpu/winograd.py`).
 
 A product whose single reader kernel computes act(product + terms) (`match_consumer`)
 gets the `_ep` variant of its call (`gemm.c`: applied while each C tile is still in
@@ -16,7 +18,7 @@ from collections.abc import Collection, Iterator, Sequence
 from dataclasses import replace
 
 from luminal import ops
-from luminal.backends.cpu import gemv
+from luminal.backends.cpu import gemv, winograd
 from luminal.backends.cpu.codegen import KernelSource, kernel_source
 from luminal.backends.cpu.gemm import EPILOGUE_PROTOTYPE
 from luminal.dtype import DType
@@ -50,15 +52,20 @@ def fuse_epilogues(
     readers, outputs = graph.readers(), set(graph.output_roots())  # the graph stays as it is
     for product in order:
         kernel = kernels.get(product)
-        if kernel is None or kernel.kernel is None or kernel.kernel.label != "sgemm":
+        if kernel is None or kernel.kernel is None:
             continue
-        if not isinstance(graph.nodes[product].op, ops.Contract):
+        op = graph.nodes[product].op
+        if kernel.kernel.label == "sgemm" and isinstance(op, ops.Contract):
+            fuse = _fused
+        elif kernel.kernel.label == "winograd" and isinstance(op, ops.WinogradConv):
+            fuse = _winograd_fused
+        else:
             continue
         heads = {head: source.nodes for head, source in kernels.items()}
         found = match_consumer(graph, heads, materialised, product, readers, outputs)
         if found is None or found.consumer not in kernels or {product, found.consumer} & keep:
             continue
-        fused = _fused(graph, kernel.kernel, found, kernels[found.consumer].nodes)
+        fused = fuse(graph, kernel.kernel, found, kernels[found.consumer].nodes)
         if fused is None:
             continue
         kernels[found.consumer] = kernel_source(fused)
@@ -114,6 +121,54 @@ def _fused(
         nodes=tuple(sorted({*kernel.nodes, *consumer_nodes})),
         prelude=f"{kernel.prelude}\n{EPILOGUE_PROTOTYPE}"
         + (f"\n{gemv.EPILOGUE_PROTOTYPE}" if call.function == gemv.NAME else ""),
+    )
+
+
+def _winograd_fused(
+    graph: Graph, kernel: ir.Kernel, found: ConsumerSum, consumer_nodes: Sequence[int]
+) -> ir.Kernel | None:
+    """The Winograd kernel writing `found.consumer`, relu?(Y + bias + residual) applied
+    as each tile row is stored (`lm_winograd_ep`), or None when the activation is not
+    ReLU, or a term is neither a vector along the output channels nor laid out as Y."""
+    (call,) = kernel.body
+    if not isinstance(call, ir.LibraryCall) or found.activation not in ("none", "relu"):
+        return None
+    if found.scale != 1.0:
+        return None
+    product = graph.nodes[kernel.nodes[-1]]
+    outs = product.shape[1]
+    channel_stride = contiguous_strides(product.shape)[1]
+    layout = contiguous_strides(found.shape)
+    params = [ir.Param(found.consumer, DType.float32, output=True), *kernel.params[1:]]
+    fused: dict[str, ir.Pointer] = {}
+    for edge in found.terms:
+        view = edge.view
+        pairs = list(zip(found.shape, view.strides, layout, strict=True))
+        if view.mask is not None:
+            return None
+        if all(n == 1 or s == c for n, s, c in pairs) and "residual" not in fused:
+            kind = "residual"
+        elif "bias" not in fused and all(
+            n == 1 or (s == 1 if c == channel_stride and n == outs else s == 0) for n, s, c in pairs
+        ):
+            kind = "bias"
+        else:
+            return None
+        fused[kind] = ir.Pointer(_param(params, edge.source), view.offset)
+    args = (
+        *call.args,
+        fused.get("bias", NULL),
+        fused.get("residual", NULL),
+        sym(1 if found.activation == "relu" else 0),
+    )
+    label = "winograd" + "".join(f"_{kind}" for kind in ("bias", "residual") if kind in fused)
+    return replace(
+        kernel,
+        label=label + ("_relu" if found.activation == "relu" else ""),
+        params=tuple(params),
+        body=(replace(call, function="lm_winograd_ep", args=args),),
+        nodes=tuple(sorted({*kernel.nodes, *consumer_nodes})),
+        prelude=f"{kernel.prelude}\n{winograd.EPILOGUE_PROTOTYPE}",
     )
 
 

@@ -160,12 +160,21 @@ static inline __attribute__((always_inline)) void lm_wg_input(
         }
 }
 
+/* what is applied to one output channel's values as they are stored (the consumer of
+   the convolution fused into it, as gemm.c's lm_ep): + bias, + the residual's element at
+   the output's own offset (`residual` - `out` apart, null when none), then ReLU */
+typedef struct {
+    float bias;
+    const float* residual;
+    int relu;
+} lm_wg_ep;
+
 /* the output tiles of one channel for `count` <= LM_VW tiles: A^T M A from
    M_q[lane + l] (`m`, positions m_q apart; read LM_VW lanes, the buffer has room), row i
-   of the tiles stored at out + i * y_i, tile l's column j at tile * l + j */
+   of the tiles stored at out + i * y_i, tile l's column j at tile * l + j, `ep` applied */
 static inline __attribute__((always_inline)) void lm_wg_output(
     int tile, int alpha, const float* restrict at, const float* restrict m, long long m_q,
-    int count, float* restrict out, long long y_i, const lm_wg_masks* mk)
+    int count, float* restrict out, long long y_i, const lm_wg_masks* mk, const lm_wg_ep* ep)
 {
     lm_vec p[LM_WG_ALPHA - 2][LM_WG_ALPHA];
     #pragma GCC unroll 8
@@ -194,7 +203,7 @@ static inline __attribute__((always_inline)) void lm_wg_output(
                 const float w = at[j * alpha + b];
                 if (w != 0.0f) acc += w * p[i][b];
             }
-            y[j] = acc;
+            y[j] = acc + ep->bias;
         }
         /* the tile row: lane tile * l + j <- y[j][l] */
         lm_vec row[LM_WG_ALPHA - 2];
@@ -213,7 +222,15 @@ static inline __attribute__((always_inline)) void lm_wg_output(
         }
         float* r = out + i * y_i;
         #pragma GCC unroll 8
-        for (int o = 0; o < tile; o++) lm_wg_store(r + o * LM_VW, row[o], tile * count - o * LM_VW);
+        for (int o = 0; o < tile; o++) {
+            const int left = tile * count - o * LM_VW;
+            if (ep->residual) row[o] += lm_wg_load(r + (ep->residual - out) + o * LM_VW, left);
+            if (ep->relu) { /* negative lanes to 0; NaN is not negative */
+                const lm_ivec negative = row[o] < 0.0f;
+                row[o] = (lm_vec)((lm_ivec)row[o] & ~negative);
+            }
+            lm_wg_store(r + o * LM_VW, row[o], left);
+        }
     }
 }
 
@@ -245,14 +262,16 @@ static int lm_wg_segments(long long t0, long long t1, long long rows, long long 
      (a padded input: every window lies inside it); x_size floats from x may be read;
    - u: the transformed weights, U_q[k][c] at u + q * u_q + k * u_k + c;
    - the output tiles: row i of tile (n, k, th, tw) at y + n * y_n + k * y_k + th * y_th +
-     i * y_i + tw * tile (unit-stride).
+     i * y_i + tw * tile (unit-stride);
+   - lm_winograd_ep: the fused consumer, relu(Y + bias[k] + residual): `bias` per output
+     channel and `residual` laid out as Y may be null.
    Returns 0, or the bytes it could not allocate (nothing written). */
-long long lm_winograd(long long tile, long long images, long long rows, long long cols,
-                      long long channels, long long outs, const float* x, long long x_n,
-                      long long x_c, long long x_h, long long x_th, long long x_size,
-                      const float* u,
-                      long long u_q, long long u_k, float* y, long long y_n, long long y_k,
-                      long long y_th, long long y_i)
+long long lm_winograd_ep(long long tile, long long images, long long rows, long long cols,
+                         long long channels, long long outs, const float* x, long long x_n,
+                         long long x_c, long long x_h, long long x_th, long long x_size,
+                         const float* u, long long u_q, long long u_k, float* y, long long y_n,
+                         long long y_k, long long y_th, long long y_i, const float* bias,
+                         const float* residual, long long relu)
 {
     const int alpha = (int)tile + 2, q_count = alpha * alpha;
     const long long tiles = images * rows * cols;
@@ -342,14 +361,16 @@ long long lm_winograd(long long tile, long long images, long long rows, long lon
                     for (long long k = 0; k < outs; k++) {
                         const float* mk = ml + k * LM_NR;
                         float* yk = yl + k * y_k;
+                        const lm_wg_ep ek = {bias ? bias[k] : 0.0f,
+                                             residual ? residual + (yk - y) : 0, relu};
                         if (tile == 4 && count == LM_VW)
-                            lm_wg_output(4, 6, LM_WG_AT4, mk, m_q, LM_VW, yk, y_i, &masks);
+                            lm_wg_output(4, 6, LM_WG_AT4, mk, m_q, LM_VW, yk, y_i, &masks, &ek);
                         else if (tile == 4)
-                            lm_wg_output(4, 6, LM_WG_AT4, mk, m_q, count, yk, y_i, &masks);
+                            lm_wg_output(4, 6, LM_WG_AT4, mk, m_q, count, yk, y_i, &masks, &ek);
                         else if (count == LM_VW)
-                            lm_wg_output(2, 4, LM_WG_AT2, mk, m_q, LM_VW, yk, y_i, &masks);
+                            lm_wg_output(2, 4, LM_WG_AT2, mk, m_q, LM_VW, yk, y_i, &masks, &ek);
                         else
-                            lm_wg_output(2, 4, LM_WG_AT2, mk, m_q, count, yk, y_i, &masks);
+                            lm_wg_output(2, 4, LM_WG_AT2, mk, m_q, count, yk, y_i, &masks, &ek);
                     }
                 }
         }
@@ -358,4 +379,14 @@ long long lm_winograd(long long tile, long long images, long long rows, long lon
     }
     free(packed);
     return failed ? (long long)bytes : 0;
+}
+
+long long lm_winograd(long long tile, long long images, long long rows, long long cols,
+                      long long channels, long long outs, const float* x, long long x_n,
+                      long long x_c, long long x_h, long long x_th, long long x_size,
+                      const float* u, long long u_q, long long u_k, float* y, long long y_n,
+                      long long y_k, long long y_th, long long y_i)
+{
+    return lm_winograd_ep(tile, images, rows, cols, channels, outs, x, x_n, x_c, x_h, x_th,
+                          x_size, u, u_q, u_k, y, y_n, y_k, y_th, y_i, 0, 0, 0);
 }

@@ -19,10 +19,15 @@ from luminal.nn.winograd import F2, F4
 from luminal.shape.expr import product, sym
 from luminal.shape.tracker import contiguous_strides
 
-PROTOTYPE = (
-    "long long lm_winograd(long long, long long, long long, long long, long long, long long, "
-    "const float*, long long, long long, long long, long long, long long, const float*, "
-    "long long, long long, float*, long long, long long, long long, long long);"
+_ARGUMENTS = (
+    "long long, long long, long long, long long, long long, long long, const float*, "
+    "long long, long long, long long, long long, long long, const float*, long long, "
+    "long long, float*, long long, long long, long long, long long"
+)
+PROTOTYPE = f"long long lm_winograd({_ARGUMENTS});"
+# with the consumer fused (`fused_epilogue`): bias per output channel, residual, ReLU
+EPILOGUE_PROTOTYPE = (
+    f"long long lm_winograd_ep({_ARGUMENTS}, const float*, const float*, long long);"
 )
 
 
