@@ -1,9 +1,10 @@
 """lm_gemm's tasks: column chunks as wide as LM_TASK_PANELS allows, narrowed while the
 tasks would not cover the threads (with m <= n down to one panel before rows are split,
 with m > n only while chunks times row panels are too few), rows split when the chunks
-are few; one thread runs one task per chunk. Products across those regimes (one row
-panel, a few, many; one column panel to more than a chunk; partial edge panels; K over
-several blocks), on one and two threads, against numpy."""
+are few (B then packed once for all of them); one thread runs one task per chunk.
+Products across those regimes (one row panel, a few, many; one column panel to more than
+a chunk; partial edge panels; K over several blocks), on one and two threads, against
+numpy."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from .test_gemm import NO_TRANS, TRANS, product
         (1000, 384, 257),  # MiniLM's shape family: all 8 panels in one chunk, rows split
         (64, 400, 600),  # a convolution's shape (m <= n): 9 one-panel chunks, rows split
         (16, 200, 100),  # m <= n, 5 column panels: one-panel chunks and 2 row panels
+        (512, 392, 2304),  # rows split, K over 6 blocks: B packed once, shared by the tasks
     ],
 )
 def test_task_split_equals_numpy(sgemm, threads, count: int, m: int, n: int, k: int) -> None:  # noqa: ANN001, F811

@@ -45,6 +45,7 @@ void LM_BLAS_SGEMM(int, int, int, int, int, int, float, const float*, int, const
 #define LM_DOT_MIN_K 2048        /* lm_dots from this K: 6x25x50176 0.42 (MKL) -> 0.25 ms */
 #define LM_DOT_KB 4096           /* lm_dots: K per block */
 #define LM_DIRECT_PANELS 4        /* up to this many row panels, B is read where it lies */
+#define LM_SHARED_B_BYTES (8LL << 20) /* B packed once for all tasks up to this size */
 #define LM_NO_TRANS 111
 #define LM_TRANS 112
 
@@ -624,6 +625,20 @@ static int lm_gemm(int ta, long long m, long long n, long long k, const float* a
     long long m_parts = n_chunks >= wanted ? 1 : (wanted + n_chunks - 1) / n_chunks;
     m_parts = m_parts > m_panels ? m_panels : m_parts;
     const long long tasks = n_chunks * m_parts;
+    /* rows split between tasks (each part packed its chunk's B panels again: ResNet-18's
+       7x7 stride-2 convolution, 512 x 392 x 2304 gathered, packed its B four times on 2
+       threads) and B small enough: all of B packed once, shared, by all the threads
+       (one barrier), before the tasks multiply */
+    const long long b_floats = n_panels * LM_NR * k;
+    float* shared_b = 0;
+    if (m_parts > 1 && m_panels > LM_DIRECT_PANELS &&
+        b_floats * (long long)sizeof(float) <= LM_SHARED_B_BYTES) {
+        shared_b = (float*)malloc((size_t)b_floats * sizeof(float));
+        if (!shared_b) {
+            free(ap);
+            return 1;
+        }
+    }
     int failed = 0;
     /* A's packed panels: with A in place only the partial last row panel, packed here
        before the threads start; else all, by the threads, with a barrier after (under
@@ -639,16 +654,38 @@ static int lm_gemm(int ta, long long m, long long n, long long k, const float* a
             for (long long t = 0; t < k_blocks * packed; t++)
                 lm_pack_a_panel(ta, a, lda, m, k, kb, packed_from, packed, t, ap);
         }
-        float* bp = (float*)malloc((size_t)(chunk * LM_NR * (whole_k ? k : kb)) * sizeof(float));
-        failed |= bp == 0;
+        float* bp = shared_b ? 0
+                             : (float*)malloc((size_t)(chunk * LM_NR * (whole_k ? k : kb)) *
+                                              sizeof(float));
+        failed |= !shared_b && bp == 0;
         long long rows_at[LM_KC];
         const float* direct[LM_TASK_PANELS];
+        if (shared_b) { /* K block q's panels from p0 * n_panels * NR, NR * kc floats each */
+            #pragma omp for schedule(static)
+            for (long long t = 0; t < k_blocks * n_panels; t++) {
+                const long long q = t / n_panels, jp = t % n_panels;
+                const long long p0 = q * kb, kc = k - p0 < kb ? k - p0 : kb;
+                lm_b_rows(in, p0, kc, rows_at);
+                lm_pack_b(in, n, jp * LM_NR, p0, kc, rows_at,
+                          shared_b + p0 * n_panels * LM_NR + jp * LM_NR * kc);
+            }
+        }
         #pragma omp for schedule(dynamic, 1) nowait /* the region's end joins */
         for (long long t = 0; t < tasks; t++) {
-            if (!bp) continue;
+            if (!bp && !shared_b) continue;
             const long long first = t / m_parts * chunk, part = t % m_parts;
             const long long last = first + chunk < n_panels ? first + chunk : n_panels;
             const long long i0 = m_panels * part / m_parts, i1 = m_panels * (part + 1) / m_parts;
+            if (shared_b) { /* each row panel through all of K (C's tile read back from L1) */
+                for (long long ip = i0; ip < i1; ip++)
+                    for (long long q = 0; q < k_blocks; q++) {
+                        const long long p0 = q * kb, kc = k - p0 < kb ? k - p0 : kb;
+                        lm_row_panel(a, lda, ap, packed_from, m, n, ip, p0, kc, first, last,
+                                     shared_b + p0 * n_panels * LM_NR + first * LM_NR * kc, 0, 0,
+                                     out, q > 0, out->ep && q == k_blocks - 1);
+                    }
+                continue;
+            }
             if (whole_k) {
                 lm_whole_k_task(m, n, k, kb, k_blocks, a, lda, ap, packed_from, in, out, first,
                                 last, chunk, i0, i1, bp, rows_at);
@@ -671,6 +708,7 @@ static int lm_gemm(int ta, long long m, long long n, long long k, const float* a
         }
         free(bp);
     }
+    free(shared_b);
     free(ap);
     return failed;
 }
