@@ -32,9 +32,10 @@ from luminal.shape.tracker import ShapeTracker
 
 TRANSFORMS = {4: F4, 2: F2}
 # fused only while the transformed weights (alpha^2 x K x C floats), which every block of
-# tiles reads, stay this small: ResNet-18 at batch 8 on 2 threads, fused against unfused
-# (window copy, transforms, products): 56x56x64 (0.6 MB) 2.7 against 4.4 ms, 28x28x128
-# (2.4 MB) 2.6 / 3.0, 14x14x256 (9.4 MB) 2.8 / 2.8, 7x7x512 with F(2x2) (16.8 MB) 3.7 / 3.4
+# tiles reads, stay this small: ResNet-18 at batch 8 on 2 threads, per convolution, fused
+# against unfused (window copy, transforms, products): 56x56x64 (0.6 MB) 2.0 against
+# 4.4 ms, 28x28x128 (2.4 MB) 1.5-2.0 / 3.0, 14x14x256 (9.4 MB) 2.4-2.6 / 2.1-2.6 (its
+# three: 7.3-7.8 / 6.9-7.3 ms), 7x7x512 with F(2x2) (16.8 MB) 3.4-3.7 / 2.9-3.1
 MAX_WEIGHT_BYTES = 4 << 20
 
 

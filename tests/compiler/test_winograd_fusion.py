@@ -2,8 +2,9 @@
 the CPU compiler replaces a Winograd convolution's window copy, transforms and products
 by one node whose kernel runs blocks of tiles through all of them; checked against
 torch's conv2d (F(4x4) and F(2x2), overhanging tiles, output channels that do not fill
-a register tile, no padding, bias and ReLU after it), through gradients of a compiled
-graph, the convolutions it leaves unfused, and the OpenCL lowering of a fused graph."""
+a register tile, no padding, bias and ReLU after it, short rows of tiles sharing a
+vector of lanes), through gradients of a compiled graph, the convolutions it leaves
+unfused, and the OpenCL lowering of a fused graph."""
 
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ CASES = [  # (input shape, out channels, padding, transforms)
     ((4, 16, 6, 7), 20, 1, F2),
     ((3, 8, 11, 9), 5, 0, F4),  # no padding: the windows read the input itself
     ((1, 3, 40, 90), 4, 1, F4),  # a row of 23 tiles: two segments of lanes
+    ((2, 8, 28, 26), 12, 1, F4),  # rows of 7 tiles, two a vector, blocks end mid-row
+    ((3, 8, 10, 9), 8, 1, F2),  # rows of 5 tiles, two a vector, blocks end mid-row
 ]
 
 
@@ -148,6 +151,35 @@ def test_bias_residual_and_relu_fuse_into_the_call(rng, monkeypatch) -> None:
     names = _kernel_names(cx)
     assert any("winograd_bias_residual_relu" in n for n in names)
     assert not any("maxreduce" in n or "_add" in n for n in names)
+    cx.execute()
+    expected = torch.relu(reference(torch.from_numpy(x)) + torch.from_numpy(x))
+    np.testing.assert_allclose(y.numpy(), expected.detach().numpy(), atol=ATOL, rtol=RTOL)
+
+
+SHORT_ROWS = [  # (input shape, transforms): rows of few tiles sharing a vector of lanes
+    ((2, 8, 28, 28), F4),  # 7 tiles a row, two rows a vector; blocks of 48 end mid-row
+    ((3, 8, 20, 20), F4),  # 5 tiles a row, two rows a vector, mid-row block ends
+    ((2, 8, 24, 24), F4),  # 6 tiles a row: blocks of whole rows
+    ((5, 8, 12, 12), F4),  # 3 tiles a row, four rows a vector, the last vector part full
+    ((2, 8, 16, 16), F2),  # 8 tiles a row, two rows a vector
+    ((2, 8, 10, 10), F2),  # 5 tiles a row, two rows a vector, mid-row block ends
+    ((7, 8, 6, 6), F2),  # 3 tiles a row, four rows a vector, the last vector part full
+]
+
+
+@pytest.mark.parametrize("case", SHORT_ROWS, ids=lambda c: f"{c[0]},F{c[1].tile}")
+def test_short_rows_with_bias_residual_and_relu_match_torch(rng, monkeypatch, case) -> None:
+    """Rows of at most half a vector of tiles share the lanes of both transforms (two or
+    four rows a vector, a block's partial rows included); relu(conv(x) + bias + x) stored
+    row by row from the shared lanes, the residual read at each row's own offsets."""
+    shape, transforms = case
+    monkeypatch.setattr(CONV_MODULE, "pick", lambda sizes: transforms)
+    cx, layer, reference, x = _layer(rng, shape, shape[1], 1)
+    xt = cx.tensor(shape).set(x)
+    y = (layer(xt) + xt).relu().retrieve()
+    cx.compile(lm.CPUCompiler())
+    assert _fused(cx) == 1
+    assert any("winograd_bias_residual_relu" in n for n in _kernel_names(cx))
     cx.execute()
     expected = torch.relu(reference(torch.from_numpy(x)) + torch.from_numpy(x))
     np.testing.assert_allclose(y.numpy(), expected.detach().numpy(), atol=ATOL, rtol=RTOL)

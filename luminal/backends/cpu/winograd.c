@@ -16,7 +16,11 @@
    lane l, so that every step below runs along unit-stride lanes, one lane per tile),
    then for each of the alpha^2 positions the product M_q (K x tiles) = U_q (K x C) V_q
    (C x tiles) in lm_gemm_tile (U's rows read in place), then Y for every output channel,
-   stored into the output's rows. */
+   stored into the output's rows. Rows of at most half a vector of tiles share one vector
+   of lanes, two or four segments side by side (`lm_wg_group_rows`): the transforms cost
+   per vector, and 14 x 14 maps filled 4 of 16 lanes (ResNet-18's 28 x 28 x 128, 14 x 14
+   x 256 and 7 x 7 x 512 by F(2x2) at batch 8, 1 thread: 2.98 -> 2.54, 3.93 -> 3.21,
+   6.50 -> 5.96 ms). */
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -47,12 +51,45 @@ typedef struct {
     lm_ivec shift[2];  /* lanes 1.. of a vector, then lane 0 / 1 of the next */
     lm_ivec pair[2];   /* lanes (2e, 2e + 1) <- lane e of two vectors: first, second half */
     lm_ivec quad[2];   /* lanes (4e .. 4e + 3) <- lane pairs e of two pair-interleaved */
+    /* short rows of tiles (`lm_wg_group_rows`): `rows` rows share a vector, each row's
+       lanes after the previous row's */
+    int rows;
+    /* d[b] of two rows, the first `split` tiles long, from their phase vectors */
+    lm_ivec gather[LM_VW / 2 + 1][LM_WG_ALPHA];
+    lm_ivec halves;            /* lanes of rows (0, 1) | rows (2, 3), rows `cols` long */
+    lm_ivec pair_from[LM_VW];  /* pair[0] from the lanes from the offset on */
 } lm_wg_masks;
 
-static void lm_wg_make_masks(int tile, lm_wg_masks* mk)
+/* how many rows of `cols` tiles share a vector of lanes (1: each row alone), so that
+   maps of few tiles a row (28 x 28 by F(4x4): 7 of 16 lanes) fill the transforms' vectors:
+   every row's window row fits in two vectors and a column's elements (lane l + 1 at most)
+   stay in the phase's half of a phase vector. Four rows only when blocks of LM_NR tiles
+   hold whole rows; two may be parts of rows (a block's ends: one mask set per length of
+   the first). Blocks of whole rows instead, 42 tiles of 7-tile rows, made 28 x 28 x 128
+   slower: the products' register tiles run LM_NR columns whatever the width. */
+static int lm_wg_group_rows(int tile, long long cols)
+{
+    const long long most = tile == 4 ? LM_VW / 2 - 1 : LM_VW / 2;
+    if (cols > most) return 1;
+    return 4 * cols <= LM_VW && LM_NR % cols == 0 ? 4 : 2;
+}
+
+static void lm_wg_make_masks(int tile, long long cols, lm_wg_masks* mk)
 {
     const int n = LM_VW, h = LM_VW / 2;
+    mk->rows = lm_wg_group_rows(tile, cols);
+    const int w = (int)cols;
     for (int e = 0; e < n; e++) {
+        for (int split = 1; split <= h && split <= w; split++)
+            for (int b = 0; b < tile + 2; b++) {
+                /* element tile * l + b: phase b % tile, lane l (+ 1 for the last two b) of
+                   phase vector (b % tile) / 2 (tile 4: the phase's half) or b % tile */
+                const int l = (e < split ? e : e - split) + b / tile, ph = b % tile;
+                const int at = tile == 4 ? (ph % 2) * h + (l < h ? l : 0) : l % n;
+                mk->gather[split][b][e] = e < split ? at : n + at;
+            }
+        mk->halves[e] = e < 2 * w ? e : n + (e - 2 * w) % n;
+        for (int o = 0; o < n; o++) mk->pair_from[o][e] = (e % 2 ? n : 0) + (e / 2 + o) % n;
         for (int k = 0; k < 2; k++) /* tile 4: phases (2k, 2k + 1) in the two halves */
             mk->phases[k][e] = tile == 2 ? 2 * e + k : 4 * (e % h) + 2 * k + e / h;
         mk->join[0][e] = e < h ? e : n + e - h;
@@ -120,19 +157,55 @@ static inline __attribute__((always_inline)) void lm_wg_row(const float* x, int 
     d[tile + 1] = __builtin_shuffle(d[1], next, mk->shift[1]);
 }
 
-/* V_q[c][lane + l] for `count` <= LM_VW tiles of channel c whose window rows start at
-   `row` (x_h apart): B^T d B, separable, first along the windows' columns, then rows */
-static inline __attribute__((always_inline)) void lm_wg_input(
-    int tile, int alpha, const float* restrict bt, const float* restrict row, long long x_h,
-    int count, float* restrict v, long long v_q, const lm_wg_masks* mk)
+/* d[b] for `rows` (2 or 4) short rows of tiles sharing the lanes (row r's after row r -
+   1's: `gather` joins two rows, the first as long as `gather`'s split, and mk->halves two
+   pairs of rows `cols` long) from their window rows at x[r], avail[r] floats of each
+   readable: a row's phases from two loads (its window row fits), then per column b one
+   shuffle joins two rows' lanes and, for 4 rows, one more the two pairs */
+static inline __attribute__((always_inline)) void lm_wg_rows(const float* const* x, int rows,
+                                                              const int* avail, int tile,
+                                                              const lm_ivec* gather,
+                                                              const lm_wg_masks* mk, lm_vec* d)
 {
-    const int used = tile * count + alpha - tile; /* floats of a window row the tiles read */
+    lm_vec p[4][2];
+    #pragma GCC unroll 4
+    for (int r = 0; r < rows; r++) {
+        const lm_vec a = lm_wg_load(x[r], avail[r]);
+        const lm_vec b = lm_wg_load(x[r] + LM_VW, avail[r] - LM_VW);
+        p[r][0] = __builtin_shuffle(a, b, mk->phases[0]);
+        p[r][1] = __builtin_shuffle(a, b, mk->phases[1]);
+    }
+    #pragma GCC unroll 8
+    for (int b = 0; b < tile + 2; b++) {
+        const int from = tile == 4 ? b % 4 / 2 : b % 2; /* the phase vector of column b */
+        d[b] = __builtin_shuffle(p[0][from], p[1][from], gather[b]);
+        if (rows == 4)
+            d[b] = __builtin_shuffle(d[b], __builtin_shuffle(p[2][from], p[3][from], gather[b]),
+                                     mk->halves);
+    }
+}
+
+/* V_q[c][lane + l] for the LM_VW lanes of channel c: one row's tiles (`rows` 1) or several
+   short rows' (lm_wg_rows, joined by `gather`), window rows starting at row[r] (x_h
+   apart), avail[r] floats of each window row readable: B^T d B, separable, first along
+   the windows' columns, then rows */
+static inline __attribute__((always_inline)) void lm_wg_input(
+    int tile, int alpha, const float* restrict bt, const float* const* row, int rows,
+    long long x_h, const int* avail, const lm_ivec* gather, float* restrict v, long long v_q,
+    const lm_wg_masks* mk)
+{
     lm_vec h[LM_WG_ALPHA][LM_WG_ALPHA];
     #pragma GCC unroll 8
     for (int a = 0; a < alpha; a++) {
-        const float* line = row + a * x_h;
         lm_vec d[LM_WG_ALPHA];
-        lm_wg_row(line, used, tile, mk, d);
+        if (rows == 1)
+            lm_wg_row(row[0] + a * x_h, avail[0], tile, mk, d);
+        else {
+            const float* lines[4];
+            #pragma GCC unroll 4
+            for (int r = 0; r < rows; r++) lines[r] = row[r] + a * x_h;
+            lm_wg_rows(lines, rows, avail, tile, gather, mk, d);
+        }
         #pragma GCC unroll 8
         for (int j = 0; j < alpha; j++) {
             lm_vec acc = (lm_vec){0};
@@ -169,12 +242,33 @@ typedef struct {
     int relu;
 } lm_wg_ep;
 
-/* the output tiles of one channel for `count` <= LM_VW tiles: A^T M A from
-   M_q[lane + l] (`m`, positions m_q apart; read LM_VW lanes, the buffer has room), row i
-   of the tiles stored at out + i * y_i, tile l's column j at tile * l + j, `ep` applied */
+/* the `floats` output values of a tile row from its vectors `row`, stored at `out` (the
+   residual `shift` floats from it), `ep` applied */
+static inline __attribute__((always_inline)) void lm_wg_put(float* out, lm_vec* row, int vectors,
+                                                             int floats, long long shift,
+                                                             const lm_wg_ep* ep)
+{
+    #pragma GCC unroll 8
+    for (int o = 0; o < vectors; o++) {
+        const int left = floats - o * LM_VW;
+        if (ep->residual) row[o] += lm_wg_load(out + shift + o * LM_VW, left);
+        if (ep->relu) { /* negative lanes to 0; NaN is not negative */
+            const lm_ivec negative = row[o] < 0.0f;
+            row[o] = (lm_vec)((lm_ivec)row[o] & ~negative);
+        }
+        lm_wg_store(out + o * LM_VW, row[o], left);
+    }
+}
+
+/* the output tiles of one channel from A^T M A of the LM_VW lanes M_q[lane + l] (`m`,
+   positions m_q apart; read LM_VW lanes, the buffer has room): one row's count[0] tiles
+   (`group` 0) or `rows` short rows of count[r] <= LM_VW / 2 tiles from lane first[r] on;
+   tile row i of row r stored at out[r] + i * y_i, tile l's column j at tile * l + j, `ep`
+   applied (its residual is out[0]'s) */
 static inline __attribute__((always_inline)) void lm_wg_output(
     int tile, int alpha, const float* restrict at, const float* restrict m, long long m_q,
-    int count, float* restrict out, long long y_i, const lm_wg_masks* mk, const lm_wg_ep* ep)
+    int group, int rows, const int* first, const int* count, float* const* out, long long y_i,
+    const lm_wg_masks* mk, const lm_wg_ep* ep)
 {
     lm_vec p[LM_WG_ALPHA - 2][LM_WG_ALPHA];
     #pragma GCC unroll 8
@@ -192,6 +286,7 @@ static inline __attribute__((always_inline)) void lm_wg_output(
                 if (w != 0.0f) p[i][b] += w * x;
             }
         }
+    const long long shift = ep->residual ? ep->residual - out[0] : 0;
     #pragma GCC unroll 8
     for (int i = 0; i < tile; i++) {
         lm_vec y[LM_WG_ALPHA - 2];
@@ -205,8 +300,23 @@ static inline __attribute__((always_inline)) void lm_wg_output(
             }
             y[j] = acc + ep->bias;
         }
-        /* the tile row: lane tile * l + j <- y[j][l] */
+        /* the tile row: lane tile * l + j <- y[j][l] (of row r: y[j][first[r] + l]) */
         lm_vec row[LM_WG_ALPHA - 2];
+        if (group) { /* at most two vectors a row */
+            for (int r = 0; r < rows; r++) {
+                const lm_ivec from = mk->pair_from[first[r]];
+                if (tile == 2)
+                    row[0] = __builtin_shuffle(y[0], y[1], from);
+                else {
+                    const lm_vec lo01 = __builtin_shuffle(y[0], y[1], from);
+                    const lm_vec lo23 = __builtin_shuffle(y[2], y[3], from);
+                    row[0] = __builtin_shuffle(lo01, lo23, mk->quad[0]);
+                    row[1] = __builtin_shuffle(lo01, lo23, mk->quad[1]);
+                }
+                lm_wg_put(out[r] + i * y_i, row, tile / 2, tile * count[r], shift, ep);
+            }
+            continue;
+        }
         if (tile == 2) {
             row[0] = __builtin_shuffle(y[0], y[1], mk->pair[0]);
             row[1] = __builtin_shuffle(y[0], y[1], mk->pair[1]);
@@ -220,17 +330,7 @@ static inline __attribute__((always_inline)) void lm_wg_output(
             row[2] = __builtin_shuffle(hi01, hi23, mk->quad[0]);
             row[3] = __builtin_shuffle(hi01, hi23, mk->quad[1]);
         }
-        float* r = out + i * y_i;
-        #pragma GCC unroll 8
-        for (int o = 0; o < tile; o++) {
-            const int left = tile * count - o * LM_VW;
-            if (ep->residual) row[o] += lm_wg_load(r + (ep->residual - out) + o * LM_VW, left);
-            if (ep->relu) { /* negative lanes to 0; NaN is not negative */
-                const lm_ivec negative = row[o] < 0.0f;
-                row[o] = (lm_vec)((lm_ivec)row[o] & ~negative);
-            }
-            lm_wg_store(r + o * LM_VW, row[o], left);
-        }
+        lm_wg_put(out[0] + i * y_i, row, tile, tile * count[0], shift, ep);
     }
 }
 
@@ -252,6 +352,23 @@ static int lm_wg_segments(long long t0, long long t1, long long rows, long long 
         t += run;
     }
     return count;
+}
+
+/* how many parts a block's output channels are split into (each part computes the block's
+   V again): few blocks on several threads left threads idle (14 x 14 x 256 at batch 8:
+   128 tiles, 3 blocks on 2 threads: 2.08 -> 1.81 ms; 7 x 7 x 512 by F(2x2) 3.69 -> 2.99).
+   The cost of a thread's share, ceil(blocks * parts / threads) items of an input
+   transform (about 0.15 of a block) and 1 / parts of the rest, is taken at its least. */
+static int lm_wg_parts(long long blocks, int threads, long long panels)
+{
+    int best = 1;
+    double least = 0;
+    for (int parts = 1; parts <= 4 && parts <= panels; parts++) {
+        const long long rounds = (blocks * parts + threads - 1) / threads;
+        const double cost = (double)rounds * (0.15 + 0.85 / parts);
+        if (parts == 1 || cost < least) least = cost, best = parts;
+    }
+    return best;
 }
 
 /* Y = conv(x, g) by F(tile x tile, 3x3), tile 4 or 2 (alpha = tile + 2), with the
@@ -277,8 +394,11 @@ long long lm_winograd_ep(long long tile, long long images, long long rows, long 
     const long long tiles = images * rows * cols;
     const float* x_end = x + x_size;
     const int threads = lm_threads();
+    lm_wg_masks masks;
+    lm_wg_make_masks((int)tile, cols, &masks);
     /* blocks of LM_NR tiles (whole register tiles) */
-    const long long block = LM_NR, blocks = (tiles + block - 1) / block;
+    const long long block = LM_NR;
+    const long long blocks = (tiles + block - 1) / block;
     const long long full_panels = outs / LM_MR, last_rows = outs % LM_MR;
     /* the alpha^2 positions' blocks of V and of M one cache line more than their rows
        apart: 64 x 64 floats apart (16 KB) put the input transform's 36 stores, and the
@@ -297,10 +417,10 @@ long long lm_winograd_ep(long long tile, long long images, long long rows, long 
             for (long long r = 0; r < last_rows; r++)
                 packed[(q * channels + c) * LM_MR + r] =
                     u[q * u_q + (full_panels * LM_MR + r) * u_k + c];
-    lm_wg_masks masks;
-    lm_wg_make_masks((int)tile, &masks);
+    const int parts = lm_wg_parts(blocks, threads, full_panels + (last_rows != 0));
+    const long long items = blocks * parts;
     int failed = 0;
-    #pragma omp parallel num_threads(threads) if (threads > 1 && blocks > 1) reduction(| : failed)
+    #pragma omp parallel num_threads(threads) if (threads > 1 && items > 1) reduction(| : failed)
     {
         /* zeroed: the register tiles multiply all LM_NR columns of V, a block's unused
            ones included */
@@ -311,20 +431,58 @@ long long lm_winograd_ep(long long tile, long long images, long long rows, long 
         for (long long c = 0; rows_at && c < channels; c++) rows_at[c] = c * LM_WG_LDV;
         lm_wg_segment seg[LM_NR];
         #pragma omp for schedule(dynamic, 1)
-        for (long long b = 0; b < blocks; b++) {
+        for (long long item = 0; item < items; item++) {
+            /* block b's output channels: panels [p0, p1) of LM_MR, channels [k0, k1) */
+            const long long b = item / parts, part = item % parts;
+            const long long panels = full_panels + (last_rows != 0);
+            const long long p0 = panels * part / parts, p1 = panels * (part + 1) / parts;
+            const long long k0 = p0 * LM_MR, k1 = p1 * LM_MR < outs ? p1 * LM_MR : outs;
             if (!v || !rows_at) continue;
             const long long t0 = b * block, t1 = t0 + block < tiles ? t0 + block : tiles;
             if (t0 >= t1) continue;
             const int width = (int)(t1 - t0);
             const int segments = lm_wg_segments(t0, t1, rows, cols, x, x_n, x_th, tile, y,
                                                 y_n, y_th, seg);
-            for (int s = 0; s < segments; s++)
+            /* short rows: `group` segments share a vector (four: whole rows; two: the
+               first's length picks the masks) */
+            const int group = masks.rows;
+            for (int s = 0; group > 1 && s < segments; s += group) {
+                const int valid = segments - s < group ? segments - s : group;
+                /* all lanes computed: a missing row (the block's end) repeats the last */
+                const float* first[4];
+                int used[4]; /* floats a window row reads */
+                for (int r = 0; r < 4; r++) {
+                    const lm_wg_segment* sr = &seg[s + (r < valid ? r : valid - 1)];
+                    first[r] = sr->row;
+                    used[r] = (int)(tile * sr->count + 2);
+                }
+                const int full[4] = {2 * LM_VW, 2 * LM_VW, 2 * LM_VW, 2 * LM_VW};
+                const lm_ivec* gather = masks.gather[group == 4 ? cols : seg[s].count];
+                float* vc = v + seg[s].lane;
+                for (long long c = 0; c < channels; c++) {
+                    const float* rc[4];
+                    for (int r = 0; r < 4; r++) rc[r] = first[r] + c * x_c;
+                    /* two whole vectors a window row where they stay inside x */
+                    const int* avail =
+                        rc[3] + (alpha - 1) * x_h + 2 * LM_VW <= x_end ? full : used;
+                    float* vcc = vc + c * LM_WG_LDV;
+                    if (tile == 4 && group == 4)
+                        lm_wg_input(4, 6, LM_WG_BT4, rc, 4, x_h, avail, gather, vcc, v_q, &masks);
+                    else if (tile == 4)
+                        lm_wg_input(4, 6, LM_WG_BT4, rc, 2, x_h, avail, gather, vcc, v_q, &masks);
+                    else if (group == 4)
+                        lm_wg_input(2, 4, LM_WG_BT2, rc, 4, x_h, avail, gather, vcc, v_q, &masks);
+                    else
+                        lm_wg_input(2, 4, LM_WG_BT2, rc, 2, x_h, avail, gather, vcc, v_q, &masks);
+                }
+            }
+            for (int s = 0; group == 1 && s < segments; s++)
                 for (int l0 = 0; l0 < seg[s].count; l0 += LM_VW) {
                     const int count = seg[s].count - l0 < LM_VW ? seg[s].count - l0 : LM_VW;
                     const float* row = seg[s].row + l0 * tile;
                     float* vc = v + seg[s].lane + l0;
                     for (long long c = 0; c < channels; c++) {
-                        const float* rc = row + c * x_c;
+                        const float* rc[1] = {row + c * x_c};
                         float* vcc = vc + c * LM_WG_LDV;
                         /* constant sizes and matrices: every loop unrolled, zero terms
                            dropped, whole vectors unmasked */
@@ -332,45 +490,75 @@ long long lm_winograd_ep(long long tile, long long images, long long rows, long 
                            `count` read the next tiles or row: their columns of V are
                            never stored in Y), masked loads only at its end */
                         const int whole = count == LM_VW ||
-                                          rc + (alpha - 1) * x_h + tile * LM_VW + alpha <= x_end;
+                                          rc[0] + (alpha - 1) * x_h + tile * LM_VW + alpha <= x_end;
+                        /* floats a window row reads */
+                        const int used[1] = {(int)(tile * count + 2)};
+                        const int all4[1] = {4 * LM_VW + 2}, all2[1] = {2 * LM_VW + 2};
                         if (tile == 4 && whole)
-                            lm_wg_input(4, 6, LM_WG_BT4, rc, x_h, LM_VW, vcc, v_q, &masks);
+                            lm_wg_input(4, 6, LM_WG_BT4, rc, 1, x_h, all4, 0, vcc, v_q, &masks);
                         else if (tile == 4)
-                            lm_wg_input(4, 6, LM_WG_BT4, rc, x_h, count, vcc, v_q, &masks);
+                            lm_wg_input(4, 6, LM_WG_BT4, rc, 1, x_h, used, 0, vcc, v_q, &masks);
                         else if (whole)
-                            lm_wg_input(2, 4, LM_WG_BT2, rc, x_h, LM_VW, vcc, v_q, &masks);
+                            lm_wg_input(2, 4, LM_WG_BT2, rc, 1, x_h, all2, 0, vcc, v_q, &masks);
                         else
-                            lm_wg_input(2, 4, LM_WG_BT2, rc, x_h, count, vcc, v_q, &masks);
+                            lm_wg_input(2, 4, LM_WG_BT2, rc, 1, x_h, used, 0, vcc, v_q, &masks);
                     }
                 }
             for (int q = 0; q < q_count; q++) {
                 const lm_out out = {m + q * m_q, LM_NR, LM_NR, 0, 0};
                 const float* uq = u + q * u_q;
-                for (long long ip = 0; ip < full_panels; ip++)
+                for (long long ip = p0; ip < p1 && ip < full_panels; ip++)
                     lm_gemm_tile(channels, uq + ip * LM_MR * u_k, u_k, v + q * v_q, rows_at, &out,
                                  ip * LM_MR, 0, LM_MR, width, 0, 0);
-                if (last_rows)
+                if (last_rows && p1 == panels)
                     lm_gemm_tile(channels, packed + q * channels * LM_MR, 0, v + q * v_q, rows_at,
                                  &out, full_panels * LM_MR, 0, (int)last_rows, width, 0, 0);
             }
-            for (int s = 0; s < segments; s++)
+            for (int s = 0; group > 1 && s < segments; s += group) {
+                const int valid = segments - s < group ? segments - s : group;
+                int first[4], count[4];
+                for (int r = 0; r < valid; r++) {
+                    first[r] = (int)(seg[s + r].lane - seg[s].lane);
+                    count[r] = seg[s + r].count;
+                }
+                const float* ml = m + seg[s].lane;
+                for (long long k = k0; k < k1; k++) {
+                    const float* mk = ml + k * LM_NR;
+                    float* yk[4];
+                    for (int r = 0; r < valid; r++) yk[r] = seg[s + r].out + k * y_k;
+                    const lm_wg_ep ek = {bias ? bias[k] : 0.0f,
+                                         residual ? residual + (yk[0] - y) : 0, relu};
+                    if (tile == 4)
+                        lm_wg_output(4, 6, LM_WG_AT4, mk, m_q, 1, valid, first, count, yk, y_i,
+                                     &masks, &ek);
+                    else
+                        lm_wg_output(2, 4, LM_WG_AT2, mk, m_q, 1, valid, first, count, yk, y_i,
+                                     &masks, &ek);
+                }
+            }
+            for (int s = 0; group == 1 && s < segments; s++)
                 for (int l0 = 0; l0 < seg[s].count; l0 += LM_VW) {
                     const int count = seg[s].count - l0 < LM_VW ? seg[s].count - l0 : LM_VW;
                     const float* ml = m + seg[s].lane + l0;
                     float* yl = seg[s].out + l0 * tile;
-                    for (long long k = 0; k < outs; k++) {
+                    for (long long k = k0; k < k1; k++) {
                         const float* mk = ml + k * LM_NR;
-                        float* yk = yl + k * y_k;
+                        float* yk[1] = {yl + k * y_k};
+                        const int none[1] = {0}, part[1] = {count}, all[1] = {LM_VW};
                         const lm_wg_ep ek = {bias ? bias[k] : 0.0f,
-                                             residual ? residual + (yk - y) : 0, relu};
+                                             residual ? residual + (yk[0] - y) : 0, relu};
                         if (tile == 4 && count == LM_VW)
-                            lm_wg_output(4, 6, LM_WG_AT4, mk, m_q, LM_VW, yk, y_i, &masks, &ek);
+                            lm_wg_output(4, 6, LM_WG_AT4, mk, m_q, 0, 1, none, all, yk, y_i,
+                                         &masks, &ek);
                         else if (tile == 4)
-                            lm_wg_output(4, 6, LM_WG_AT4, mk, m_q, count, yk, y_i, &masks, &ek);
+                            lm_wg_output(4, 6, LM_WG_AT4, mk, m_q, 0, 1, none, part, yk, y_i,
+                                         &masks, &ek);
                         else if (count == LM_VW)
-                            lm_wg_output(2, 4, LM_WG_AT2, mk, m_q, LM_VW, yk, y_i, &masks, &ek);
+                            lm_wg_output(2, 4, LM_WG_AT2, mk, m_q, 0, 1, none, all, yk, y_i,
+                                         &masks, &ek);
                         else
-                            lm_wg_output(2, 4, LM_WG_AT2, mk, m_q, count, yk, y_i, &masks, &ek);
+                            lm_wg_output(2, 4, LM_WG_AT2, mk, m_q, 0, 1, none, part, yk, y_i,
+                                         &masks, &ek);
                     }
                 }
         }
