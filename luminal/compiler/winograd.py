@@ -186,7 +186,12 @@ def match_winograd(graph: Graph, node: Node) -> Match | None:
         or not _same(at_edge.view, expected["at"])
     ):
         return None
-    return Match((d.inputs[0], u_edge, bt_edge, at_edge), sizes, [d.id, v.id, m.id, node.id])
+    edges, replaced = (d.inputs[0], u_edge, bt_edge, at_edge), [d.id, v.id, m.id, node.id]
+    # the kernel reads float32 buffers that outlive the removed nodes
+    read = [graph.nodes[e.source] for e in edges] + [d, v]
+    if any(n.dtype != DType.float32 for n in read) or {e.source for e in edges} & {*replaced}:
+        return None
+    return Match(edges, sizes, replaced)
 
 
 def _side_of(graph: Graph, m: Node) -> int | None:

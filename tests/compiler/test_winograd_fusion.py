@@ -183,3 +183,59 @@ def test_short_rows_with_bias_residual_and_relu_match_torch(rng, monkeypatch, ca
     cx.execute()
     expected = torch.relu(reference(torch.from_numpy(x)) + torch.from_numpy(x))
     np.testing.assert_allclose(y.numpy(), expected.detach().numpy(), atol=ATOL, rtol=RTOL)
+
+
+def test_a_scalar_term_is_not_taken_for_a_channel_bias(rng, monkeypatch) -> None:
+    """relu(conv(x) + s) read as (images * channels, pixels): no axis of the consumer
+    steps the channels alone, so the broadcast scalar s is not a per-channel bias (read
+    as one, the kernel would read s[k] past its one element)."""
+    monkeypatch.setattr(CONV_MODULE, "pick", lambda sizes: F4)
+    shape, outs = (2, 16, 12, 12), 16
+    torch.manual_seed(0)
+    reference = torch.nn.Conv2d(shape[1], outs, 3, padding=1, bias=False)
+    cx = lm.Graph()
+    layer = lm.nn.Conv2d(cx, shape[1], outs, 3, padding=1, bias=False, algorithm="winograd")
+    layer.load_state_dict(reference.state_dict())
+    x = uniform(rng, shape)
+    rows, pixels = shape[0] * outs, shape[2] * shape[3]
+    scalar = cx.tensor((1, 1)).set(np.array([[3.0]], dtype=np.float32))
+    term = scalar.expand_dim(0, rows).expand_dim(1, pixels).reshape((rows, pixels))
+    y = (layer(cx.tensor(shape).set(x)).reshape((rows, pixels)) + term).relu().retrieve()
+    cx.compile(lm.CPUCompiler(verify=False))  # the check under test, not the verifier's
+    assert _fused(cx) == 1
+    cx.execute()
+    expected = torch.relu(reference(torch.from_numpy(x)).reshape(rows, pixels) + 3.0)
+    np.testing.assert_allclose(y.numpy(), expected.detach().numpy(), atol=ATOL, rtol=RTOL)
+
+
+def test_the_matcher_refuses_operands_that_are_not_float32(rng, monkeypatch) -> None:
+    """The kernel reads float buffers: a pattern whose transformed weights or windows
+    are another dtype (here relabelled float16 just before the pass) is not fused."""
+    import dataclasses
+
+    from luminal.backends.cpu import lowering
+    from luminal.dtype import DType
+
+    monkeypatch.setattr(CONV_MODULE, "pick", lambda sizes: F4)
+    refused = []
+
+    def relabelled(graph: lm.Graph) -> int:
+        for node in list(graph.nodes.values()):
+            match = fusion.match_winograd(graph, node)
+            if match is None:
+                continue
+            for edge in match.edges[:2]:
+                source = graph.nodes[edge.source]
+                graph.nodes[source.id] = dataclasses.replace(source, dtype=DType.float16)
+                refused.append(fusion.match_winograd(graph, node) is None)
+                graph.nodes[source.id] = source
+        return fusion.fuse_winograd(graph)
+
+    monkeypatch.setattr(lowering, "fuse_winograd", relabelled)
+    cx, layer, reference, x = _layer(rng, (2, 16, 12, 12), 16, 1)
+    y = layer(cx.tensor(x.shape).set(x)).retrieve()
+    cx.compile(lm.CPUCompiler())
+    assert refused == [True, True] and _fused(cx) == 1
+    cx.execute()
+    expected = reference(torch.from_numpy(x)).detach().numpy()
+    np.testing.assert_allclose(y.numpy(), expected, atol=ATOL, rtol=RTOL)

@@ -148,9 +148,7 @@ def _winograd_fused(
             return None
         if all(n == 1 or s == c for n, s, c in pairs) and "residual" not in fused:
             kind = "residual"
-        elif "bias" not in fused and all(
-            n == 1 or (s == 1 if c == channel_stride and n == outs else s == 0) for n, s, c in pairs
-        ):
+        elif "bias" not in fused and _channel_vector(pairs, outs, channel_stride):
             kind = "bias"
         else:
             return None
@@ -170,6 +168,19 @@ def _winograd_fused(
         nodes=tuple(sorted({*kernel.nodes, *consumer_nodes})),
         prelude=f"{kernel.prelude}\n{winograd.EPILOGUE_PROTOTYPE}",
     )
+
+
+def _channel_vector(pairs: Sequence[tuple], outs: object, channel_stride: object) -> bool:
+    """A term (its (size, stride, consumer stride) per axis) that reads element k at
+    output channel k: stride 1 on the consumer's axis that steps the channels (its
+    stride the product's channel stride, its size the channel count), 0 on every other
+    axis. A consumer shape with no such axis (channels merged with images or split) has
+    no channel index to read a vector by: only a single channel's scalar is one."""
+    on_channels = [s for n, s, c in pairs if n == outs and c == channel_stride]
+    others = [s for n, s, c in pairs if n != 1 and not (n == outs and c == channel_stride)]
+    if any(s != 0 for s in others):
+        return False
+    return outs == 1 or on_channels == [1]
 
 
 class _Geometry:
