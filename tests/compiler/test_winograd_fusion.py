@@ -239,3 +239,49 @@ def test_the_matcher_refuses_operands_that_are_not_float32(rng, monkeypatch) -> 
     cx.execute()
     expected = reference(torch.from_numpy(x)).detach().numpy()
     np.testing.assert_allclose(y.numpy(), expected, atol=ATOL, rtol=RTOL)
+
+
+CACHED = """
+import json, sys, numpy as np, torch, luminal as lm
+from luminal import ops
+torch.manual_seed(int(sys.argv[1]))
+reference = torch.nn.Conv2d(16, 16, 3, padding=1)
+x = np.random.default_rng(int(sys.argv[1])).uniform(-1, 1, (2, 16, 12, 12)).astype(np.float32)
+cx = lm.Graph()
+layer = lm.nn.Conv2d(cx, 16, 16, 3, padding=1, algorithm="winograd")
+layer.load_state_dict(reference.state_dict())
+xt = cx.tensor(x.shape).set(x)
+y = (layer(xt) + xt).relu().retrieve()
+compiler = lm.CPUCompiler()
+cx.compile(compiler)
+cx.execute()
+expected = torch.relu(reference(torch.from_numpy(x)) + torch.from_numpy(x)).detach().numpy()
+fused = sum(isinstance(n.op, ops.WinogradConv) for n in cx.nodes.values())
+error = float(np.abs(y.numpy() - expected).max())
+print(json.dumps({"hit": compiler.program_cache_hit, "fused": fused, "error": error}))
+"""
+
+
+def test_a_fused_program_is_loaded_by_a_second_process(tmp_path) -> None:
+    """The program cache pickles the lowered graph: a second process (other weights and
+    input) loads the WinogradConv node and its epilogue kernel and still equals torch."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    environment = {**os.environ, "LUMINAL_CACHE_DIR": str(tmp_path), "LUMINAL_PROGRAM_CACHE": "1"}
+    runs = [
+        json.loads(
+            subprocess.run(
+                [sys.executable, "-c", CACHED, str(seed)],
+                env=environment,
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.splitlines()[-1]
+        )
+        for seed in (0, 1)
+    ]
+    assert [(r["hit"], r["fused"]) for r in runs] == [(False, 1), (True, 1)]
+    assert all(r["error"] < ATOL for r in runs)
