@@ -285,3 +285,24 @@ def test_a_fused_program_is_loaded_by_a_second_process(tmp_path) -> None:
     ]
     assert [(r["hit"], r["fused"]) for r in runs] == [(False, 1), (True, 1)]
     assert all(r["error"] < ATOL for r in runs)
+
+
+def test_a_residual_that_is_not_float_aligned_is_read_at_its_own_address(rng, monkeypatch) -> None:
+    """The search's measuring process receives input arrays at any byte offset of one
+    frame: the epilogue reads the residual through its own pointer, not as a float
+    distance from the output (which rounded a misaligned array to the wrong bytes)."""
+    monkeypatch.setattr(CONV_MODULE, "pick", lambda sizes: F4)
+    shape = (2, 16, 12, 12)
+    cx, layer, reference, x = _layer(rng, shape, 16, 1)
+    xt = cx.tensor(shape).set(x)
+    y = (layer(xt) + xt).relu().retrieve()
+    cx.compile(lm.CPUCompiler())
+    assert any("winograd_bias_residual_relu" in n for n in _kernel_names(cx))
+    raw = np.zeros(x.nbytes + 8, dtype=np.uint8)
+    misaligned = raw[3 : 3 + x.nbytes].view(np.float32).reshape(shape)
+    misaligned[...] = x
+    (node,) = [k for k, v in cx.input_data.items() if np.shape(v) == shape]
+    cx.input_data[node] = misaligned
+    cx.execute()
+    expected = torch.relu(reference(torch.from_numpy(x)) + torch.from_numpy(x))
+    np.testing.assert_allclose(y.numpy(), expected.detach().numpy(), atol=ATOL, rtol=RTOL)

@@ -243,15 +243,16 @@ typedef struct {
 } lm_wg_ep;
 
 /* the `floats` output values of a tile row from its vectors `row`, stored at `out` (the
-   residual `shift` floats from it), `ep` applied */
+   residual's values at `res`, null when none: a pointer, not a distance from `out`, as
+   an input array need not be float-aligned against the output), `ep` applied */
 static inline __attribute__((always_inline)) void lm_wg_put(float* out, lm_vec* row, int vectors,
-                                                             int floats, long long shift,
+                                                             int floats, const float* res,
                                                              const lm_wg_ep* ep)
 {
     #pragma GCC unroll 8
     for (int o = 0; o < vectors; o++) {
         const int left = floats - o * LM_VW;
-        if (ep->residual) row[o] += lm_wg_load(out + shift + o * LM_VW, left);
+        if (res) row[o] += lm_wg_load(res + o * LM_VW, left);
         if (ep->relu) { /* negative lanes to 0; NaN is not negative */
             const lm_ivec negative = row[o] < 0.0f;
             row[o] = (lm_vec)((lm_ivec)row[o] & ~negative);
@@ -286,7 +287,6 @@ static inline __attribute__((always_inline)) void lm_wg_output(
                 if (w != 0.0f) p[i][b] += w * x;
             }
         }
-    const long long shift = ep->residual ? ep->residual - out[0] : 0;
     #pragma GCC unroll 8
     for (int i = 0; i < tile; i++) {
         lm_vec y[LM_WG_ALPHA - 2];
@@ -313,7 +313,8 @@ static inline __attribute__((always_inline)) void lm_wg_output(
                     row[0] = __builtin_shuffle(lo01, lo23, mk->quad[0]);
                     row[1] = __builtin_shuffle(lo01, lo23, mk->quad[1]);
                 }
-                lm_wg_put(out[r] + i * y_i, row, tile / 2, tile * count[r], shift, ep);
+                lm_wg_put(out[r] + i * y_i, row, tile / 2, tile * count[r],
+                          ep->residual ? ep->residual + (out[r] - out[0]) + i * y_i : 0, ep);
             }
             continue;
         }
@@ -330,7 +331,8 @@ static inline __attribute__((always_inline)) void lm_wg_output(
             row[2] = __builtin_shuffle(hi01, hi23, mk->quad[0]);
             row[3] = __builtin_shuffle(hi01, hi23, mk->quad[1]);
         }
-        lm_wg_put(out[0] + i * y_i, row, tile, tile * count[0], shift, ep);
+        lm_wg_put(out[0] + i * y_i, row, tile, tile * count[0],
+                  ep->residual ? ep->residual + i * y_i : 0, ep);
     }
 }
 
