@@ -306,3 +306,32 @@ def test_a_residual_that_is_not_float_aligned_is_read_at_its_own_address(rng, mo
     cx.execute()
     expected = torch.relu(reference(torch.from_numpy(x)) + torch.from_numpy(x))
     np.testing.assert_allclose(y.numpy(), expected.detach().numpy(), atol=ATOL, rtol=RTOL)
+
+
+@pytest.mark.parametrize("pads", [[1, 0, 0, 1], [0, 2, 1, 0]], ids=str)
+def test_an_onnx_conv_with_asymmetric_pads_fuses_and_matches_torch(rng, pads) -> None:
+    """ONNX pads (top, left, bottom, right) that differ per side: the padded input's
+    windows (a crop where the tiles overhang) still fuse, and equal torch's conv2d."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = uniform(rng, (64, 64, 3, 3)) * 0.05
+    bias, x = uniform(rng, (64,)), uniform(rng, (2, 64, 13, 12))
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=pads, kernel_shape=[3, 3])
+    graph = helper.make_graph(
+        [node],
+        "conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(weight, "w"), numpy_helper.from_array(bias, "b")],
+    )
+    cx = lm.Graph()
+    inputs, outputs = lm.onnx.load(helper.make_model(graph), cx)
+    inputs["x"].set(x)
+    y = outputs["y"].retrieve()
+    cx.compile(lm.CPUCompiler())
+    assert _fused(cx) == 1
+    cx.execute()
+    top, left, bottom, right = pads
+    padded = torch.nn.functional.pad(torch.from_numpy(x), (left, right, top, bottom))
+    expected = torch.nn.functional.conv2d(padded, torch.from_numpy(weight), torch.from_numpy(bias))
+    np.testing.assert_allclose(y.numpy(), expected.numpy(), atol=ATOL, rtol=RTOL)
