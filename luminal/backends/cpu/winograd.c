@@ -409,11 +409,26 @@ long long lm_winograd_ep(long long tile, long long images, long long rows, long 
     const long long m_q = outs * LM_NR + 64 / (long long)sizeof(float);
     const size_t v_floats = (size_t)(q_count * v_q), m_floats = (size_t)(q_count * m_q);
     const size_t a_floats = (size_t)(last_rows ? q_count * channels * LM_MR : 0);
-    const size_t bytes = (v_floats + m_floats + a_floats) * sizeof(float);
+    /* each thread's V and M (one vector more: M's last lanes are read whole), whole
+       cache lines: every thread's as aligned as the first's */
+    const size_t per_thread = (v_floats + m_floats + LM_VW + 15) / 16 * 16;
     /* the last partial panel of U's rows, packed (zero rows past K): the register tile
        reads LM_MR rows */
     float* packed = a_floats ? (float*)calloc(a_floats, sizeof(float)) : 0;
-    if (a_floats && !packed) return (long long)(a_floats * sizeof(float));
+    /* all the threads' scratch before any is started, so that a failure writes nothing;
+       zeroed: the register tiles multiply all LM_NR columns of V, a block's unused ones
+       included */
+    float* scratch = (float*)calloc(per_thread * (size_t)threads, sizeof(float));
+    /* V's rows for lm_gemm_tile, the same for every thread */
+    long long* rows_at = (long long*)malloc((size_t)channels * sizeof(long long));
+    if ((a_floats && !packed) || !scratch || !rows_at) {
+        free(packed);
+        free(scratch);
+        free(rows_at);
+        return (long long)((a_floats + per_thread * (size_t)threads) * sizeof(float) +
+                           (size_t)channels * sizeof(long long));
+    }
+    for (long long c = 0; c < channels; c++) rows_at[c] = c * LM_WG_LDV;
     for (int q = 0; q < q_count && last_rows; q++)
         for (long long c = 0; c < channels; c++)
             for (long long r = 0; r < last_rows; r++)
@@ -421,16 +436,10 @@ long long lm_winograd_ep(long long tile, long long images, long long rows, long 
                     u[q * u_q + (full_panels * LM_MR + r) * u_k + c];
     const int parts = lm_wg_parts(blocks, threads, full_panels + (last_rows != 0));
     const long long items = blocks * parts;
-    int failed = 0;
-    #pragma omp parallel num_threads(threads) if (threads > 1 && items > 1) reduction(| : failed)
+    #pragma omp parallel num_threads(threads) if (threads > 1 && items > 1)
     {
-        /* zeroed: the register tiles multiply all LM_NR columns of V, a block's unused
-           ones included */
-        float* v = (float*)calloc(v_floats + m_floats + LM_VW, sizeof(float));
+        float* v = scratch + per_thread * (size_t)omp_get_thread_num();
         float* m = v + v_floats;
-        long long* rows_at = (long long*)malloc((size_t)channels * sizeof(long long));
-        failed |= v == 0 || rows_at == 0;
-        for (long long c = 0; rows_at && c < channels; c++) rows_at[c] = c * LM_WG_LDV;
         lm_wg_segment seg[LM_NR];
         #pragma omp for schedule(dynamic, 1)
         for (long long item = 0; item < items; item++) {
@@ -439,7 +448,6 @@ long long lm_winograd_ep(long long tile, long long images, long long rows, long 
             const long long panels = full_panels + (last_rows != 0);
             const long long p0 = panels * part / parts, p1 = panels * (part + 1) / parts;
             const long long k0 = p0 * LM_MR, k1 = p1 * LM_MR < outs ? p1 * LM_MR : outs;
-            if (!v || !rows_at) continue;
             const long long t0 = b * block, t1 = t0 + block < tiles ? t0 + block : tiles;
             if (t0 >= t1) continue;
             const int width = (int)(t1 - t0);
@@ -564,11 +572,11 @@ long long lm_winograd_ep(long long tile, long long images, long long rows, long 
                     }
                 }
         }
-        free(v);
-        free(rows_at);
     }
+    free(rows_at);
+    free(scratch);
     free(packed);
-    return failed ? (long long)bytes : 0;
+    return 0;
 }
 
 long long lm_winograd(long long tile, long long images, long long rows, long long cols,
