@@ -308,6 +308,93 @@ def test_a_residual_that_is_not_float_aligned_is_read_at_its_own_address(rng, mo
     np.testing.assert_allclose(y.numpy(), expected.detach().numpy(), atol=ATOL, rtol=RTOL)
 
 
+def _guarded(values: np.ndarray) -> np.ndarray:
+    """`values` (float32) copied to the end of pages followed by a no-access page, so that
+    a read or write past its last element faults (malloc'd buffers hide such reads)."""
+    import ctypes
+    import mmap
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int]
+    libc.mmap.argtypes += [ctypes.c_int, ctypes.c_long]
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    page, size = mmap.PAGESIZE, values.size * 4
+    pages = -(-size // page)
+    read_write, no_access, private_anonymous = mmap.PROT_READ | mmap.PROT_WRITE, 0, 0x22
+    base = libc.mmap(None, (pages + 1) * page, read_write, private_anonymous, -1, 0)
+    assert base not in (None, ctypes.c_void_p(-1).value)
+    assert libc.mprotect(base + pages * page, page, no_access) == 0
+    start = base + pages * page - size  # never unmapped: a few pages per case
+    array = np.ctypeslib.as_array((ctypes.c_float * values.size).from_address(start))
+    array[:] = values.ravel()
+    return array
+
+
+@pytest.mark.parametrize("count", [1, 2])
+@pytest.mark.parametrize(
+    "transforms, width",
+    [
+        (F4, 61),  # 16 tiles a row: one whole vector of lanes, ends at the input's end
+        (F4, 57),  # 15 tiles: the last vector's whole loads stop at the buffer's end
+        (F4, 18),  # 5 tiles: two rows a vector, blocks ending mid-row
+        (F4, 9),  # 3 tiles: four rows a vector
+        (F2, 15),  # 8 tiles: two rows a vector
+        (F2, 7),  # 4 tiles: four rows a vector
+        (F2, 39),  # 20 tiles: two vectors a row, the second partial
+    ],
+)
+def test_the_kernel_stays_inside_its_buffers(rng, count, transforms, width) -> None:  # noqa: ANN001
+    """lm_winograd_ep with the padded input, U, bias, residual and output each ending at a
+    no-access page: its whole-vector loads near the input's end, masked loads and stores
+    of partial rows and the residual's reads stay inside them (1 and 2 threads), and its
+    values match torch's conv2d with the epilogue."""
+    import ctypes
+
+    from luminal.backends.cpu import toolchain
+
+    from ..backends.gemm_calls import thread_setter
+
+    tile, alpha = transforms.tile, transforms.alpha
+    images, channels, outs, height = 2, 3, 13, 9
+    x = rng.standard_normal((images, channels, height, width)).astype(np.float32)
+    g = (rng.standard_normal((outs, channels, 3, 3)) * 0.1).astype(np.float32)
+    rows, cols = -(-height // tile), -(-width // tile)
+    hp, wp = rows * tile + 2, cols * tile + 2
+    padded = np.zeros((images, channels, hp, wp), np.float32)
+    padded[:, :, 1 : 1 + height, 1 : 1 + width] = x
+    u = np.einsum("ia,kcab,jb->ijkc", transforms.g, g.astype(np.float64), transforms.g)
+    bias = rng.standard_normal(outs).astype(np.float32)
+    y_shape = (images, outs, rows * tile, cols * tile)
+    residual = rng.standard_normal(y_shape).astype(np.float32)
+    xg, ug = _guarded(padded), _guarded(u.reshape(alpha * alpha, outs, channels))
+    bg, rg = _guarded(bias), _guarded(residual)
+    yg = _guarded(np.full(y_shape, np.nan, np.float32))
+    path = toolchain.build_shared([("probe", "int lm_probe(void) { return 0; }\n")], True)
+    function = toolchain.load(path).lm_winograd_ep
+    i64, pointer = ctypes.c_longlong, ctypes.c_void_p
+    function.argtypes = [i64] * 6 + [pointer] + [i64] * 5 + [pointer, i64, i64, pointer]
+    function.argtypes += [i64] * 4 + [pointer, pointer, i64]
+    function.restype = i64
+    y_k = rows * tile * cols * tile
+    setter = thread_setter()
+    next(setter)(count)
+    try:
+        failed = function(
+            tile, images, rows, cols, channels, outs,
+            xg.ctypes.data, channels * hp * wp, hp * wp, wp, tile * wp, xg.size,
+            ug.ctypes.data, outs * channels, channels,
+            yg.ctypes.data, outs * y_k, y_k, tile * cols * tile, cols * tile,
+            bg.ctypes.data, rg.ctypes.data, 1,
+        )  # fmt: skip
+    finally:
+        next(setter, None)
+    assert failed == 0
+    conv = torch.nn.functional.conv2d(torch.from_numpy(padded), torch.from_numpy(g)).numpy()
+    expected = np.maximum(conv + bias[:, None, None] + residual, 0.0)
+    np.testing.assert_allclose(yg.reshape(y_shape), expected, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("pads", [[1, 0, 0, 1], [0, 2, 1, 0]], ids=str)
 def test_an_onnx_conv_with_asymmetric_pads_fuses_and_matches_torch(rng, pads) -> None:
     """ONNX pads (top, left, bottom, right) that differ per side: the padded input's
