@@ -422,3 +422,24 @@ def test_an_onnx_conv_with_asymmetric_pads_fuses_and_matches_torch(rng, pads) ->
     padded = torch.nn.functional.pad(torch.from_numpy(x), (left, right, top, bottom))
     expected = torch.nn.functional.conv2d(padded, torch.from_numpy(weight), torch.from_numpy(bias))
     np.testing.assert_allclose(y.numpy(), expected.numpy(), atol=ATOL, rtol=RTOL)
+
+
+def test_optimal_mode_measures_a_fused_residual_block(rng, monkeypatch) -> None:
+    """mode="optimal" runs the static program in its measuring process (inputs at any
+    byte offset of one frame): relu(conv(x) + bias + x) fused measures and is searched,
+    rather than "measuring failed" and a fall-back to the static program."""
+    import warnings
+
+    monkeypatch.setattr(CONV_MODULE, "pick", lambda sizes: F4)
+    shape = (2, 16, 12, 12)
+    cx, layer, reference, x = _layer(rng, shape, 16, 1)
+    xt = cx.tensor(shape).set(x)
+    y = (layer(xt) + xt).relu().retrieve()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cx.compile(lm.CPUCompiler(mode="optimal", cache=False))
+    assert not [w for w in caught if "measuring failed" in str(w.message)]
+    assert _fused(cx) == 1
+    cx.execute()
+    expected = torch.relu(reference(torch.from_numpy(x)) + torch.from_numpy(x))
+    np.testing.assert_allclose(y.numpy(), expected.detach().numpy(), atol=ATOL, rtol=RTOL)
