@@ -415,10 +415,9 @@ long long lm_winograd_ep(long long tile, long long images, long long rows, long 
     /* the last partial panel of U's rows, packed (zero rows past K): the register tile
        reads LM_MR rows */
     float* packed = a_floats ? (float*)calloc(a_floats, sizeof(float)) : 0;
-    /* all the threads' scratch before any is started, so that a failure writes nothing;
-       zeroed: the register tiles multiply all LM_NR columns of V, a block's unused ones
-       included */
-    float* scratch = (float*)calloc(per_thread * (size_t)threads, sizeof(float));
+    /* all the threads' scratch before any is started, so that a failure writes nothing
+       (each thread zeroes its own, in parallel) */
+    float* scratch = (float*)malloc(per_thread * (size_t)threads * sizeof(float));
     /* V's rows for lm_gemm_tile, the same for every thread */
     long long* rows_at = (long long*)malloc((size_t)channels * sizeof(long long));
     if ((a_floats && !packed) || !scratch || !rows_at) {
@@ -440,6 +439,9 @@ long long lm_winograd_ep(long long tile, long long images, long long rows, long 
     {
         float* v = scratch + per_thread * (size_t)omp_get_thread_num();
         float* m = v + v_floats;
+        /* zeroed: the register tiles multiply all LM_NR columns of V, a block's unused
+           ones included */
+        memset(v, 0, per_thread * sizeof(float));
         lm_wg_segment seg[LM_NR];
         #pragma omp for schedule(dynamic, 1)
         for (long long item = 0; item < items; item++) {
@@ -495,7 +497,8 @@ long long lm_winograd_ep(long long tile, long long images, long long rows, long 
                         const float* rc[1] = {row + c * x_c};
                         float* vcc = vc + c * LM_WG_LDV;
                         /* constant sizes and matrices: every loop unrolled, zero terms
-                           dropped, whole vectors unmasked */
+                           dropped, the phases' vectors unmasked (the last two columns'
+                           vector a lane on stays masked to its 2 floats) */
                         /* whole vectors where they stay inside x (the lanes past
                            `count` read the next tiles or row: their columns of V are
                            never stored in Y), masked loads only at its end */
