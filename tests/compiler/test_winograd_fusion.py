@@ -443,3 +443,25 @@ def test_optimal_mode_measures_a_fused_residual_block(rng, monkeypatch) -> None:
     cx.execute()
     expected = torch.relu(reference(torch.from_numpy(x)) + torch.from_numpy(x))
     np.testing.assert_allclose(y.numpy(), expected.detach().numpy(), atol=ATOL, rtol=RTOL)
+
+
+@pytest.mark.parametrize("case", [CASES[1], CASES[2], CASES[4]], ids=lambda c: f"{c[0]}")
+def test_the_reference_runtime_and_unfuse_keep_the_semantics(rng, monkeypatch, case) -> None:
+    """The fused graph run by the reference runtime (`reference/winograd.py`), and again
+    after `unfuse_winograd` gives back the four nodes, equals torch (overhanging tiles,
+    F(2x2), batch 1)."""
+    from luminal.reference.executor import execute
+
+    shape, outs, padding, transforms = case
+    monkeypatch.setattr(CONV_MODULE, "pick", lambda sizes: transforms)
+    cx, layer, reference, x = _layer(rng, shape, outs, padding)
+    y = layer(cx.tensor(shape).set(x)).retrieve()
+    cx.compile(lm.CPUCompiler())
+    assert _fused(cx) == 1
+    expected = reference(torch.from_numpy(x)).detach().numpy()
+    cx.compiled = None
+    execute(cx)
+    np.testing.assert_allclose(y.numpy(), expected, atol=ATOL, rtol=RTOL)
+    assert fusion.unfuse_winograd(cx) == 1 and _fused(cx) == 0
+    execute(cx)
+    np.testing.assert_allclose(y.numpy(), expected, atol=ATOL, rtol=RTOL)
