@@ -562,10 +562,27 @@ static void lm_row_panel(const float* a, long long lda, const float* ap, long lo
     }
 }
 
+/* row panels [i0, i1) of C, each through every K block before the next, so that a C tile
+   is read back from L1 (K block by K block over all the row panels, 4096 x 384 x 1536
+   read C back from L3), times the chunk's B panels [first, last) packed for all of K:
+   block q (from p0 * panels * NR) holds `panels` panels, the chunk's from panel `from` */
+static void lm_rows_through_k(long long m, long long n, long long k, long long kb,
+                              long long k_blocks, const float* a, long long lda,
+                              const float* ap, long long packed_from, const lm_out* out,
+                              long long first, long long last, long long i0, long long i1,
+                              const float* bp, long long panels, long long from)
+{
+    for (long long ip = i0; ip < i1; ip++)
+        for (long long q = 0; q < k_blocks; q++) {
+            const long long p0 = q * kb, kc = k - p0 < kb ? k - p0 : kb;
+            lm_row_panel(a, lda, ap, packed_from, m, n, ip, p0, kc, first, last,
+                         bp + p0 * panels * LM_NR + from * LM_NR * kc, 0, 0, out, q > 0,
+                         out->ep && q == k_blocks - 1);
+        }
+}
+
 /* a task of lm_gemm with m > n and several K blocks: its chunk's B panels packed for all
-   of K at once (block q from p0 * chunk * NR), then each row panel through every K block
-   before the next, so that a C tile is read back from L1 (K block by K block over all the
-   row panels, 4096 x 384 x 1536 read C back from L3) */
+   of K at once (block q from p0 * chunk * NR), then lm_rows_through_k */
 static void lm_whole_k_task(long long m, long long n, long long k, long long kb,
                             long long k_blocks, const float* a, long long lda, const float* ap,
                             long long packed_from, const lm_in* in, const lm_out* out,
@@ -579,12 +596,8 @@ static void lm_whole_k_task(long long m, long long n, long long k, long long kb,
             lm_pack_b(in, n, jp * LM_NR, p0, kc, rows_at,
                       bp + p0 * chunk * LM_NR + (jp - first) * LM_NR * kc);
     }
-    for (long long ip = i0; ip < i1; ip++)
-        for (long long q = 0; q < k_blocks; q++) {
-            const long long p0 = q * kb, kc = k - p0 < kb ? k - p0 : kb;
-            lm_row_panel(a, lda, ap, packed_from, m, n, ip, p0, kc, first, last,
-                         bp + p0 * chunk * LM_NR, 0, 0, out, q > 0, out->ep && q == k_blocks - 1);
-        }
+    lm_rows_through_k(m, n, k, kb, k_blocks, a, lda, ap, packed_from, out, first, last, i0, i1,
+                      bp, chunk, 0);
 }
 
 /* The packed product; 1 when its memory could not be allocated (nothing written). With
@@ -676,14 +689,9 @@ static int lm_gemm(int ta, long long m, long long n, long long k, const float* a
             const long long first = t / m_parts * chunk, part = t % m_parts;
             const long long last = first + chunk < n_panels ? first + chunk : n_panels;
             const long long i0 = m_panels * part / m_parts, i1 = m_panels * (part + 1) / m_parts;
-            if (shared_b) { /* each row panel through all of K (C's tile read back from L1) */
-                for (long long ip = i0; ip < i1; ip++)
-                    for (long long q = 0; q < k_blocks; q++) {
-                        const long long p0 = q * kb, kc = k - p0 < kb ? k - p0 : kb;
-                        lm_row_panel(a, lda, ap, packed_from, m, n, ip, p0, kc, first, last,
-                                     shared_b + p0 * n_panels * LM_NR + first * LM_NR * kc, 0, 0,
-                                     out, q > 0, out->ep && q == k_blocks - 1);
-                    }
+            if (shared_b) {
+                lm_rows_through_k(m, n, k, kb, k_blocks, a, lda, ap, packed_from, out, first,
+                                  last, i0, i1, shared_b, n_panels, first);
                 continue;
             }
             if (whole_k) {
