@@ -600,12 +600,13 @@ static void lm_whole_k_task(long long m, long long n, long long k, long long kb,
                       bp, chunk, 0);
 }
 
-/* The packed product; 1 when its memory could not be allocated (nothing written). With
+/* The packed product; 0, or the bytes it could not allocate (A's packed panels or the
+   shared B: nothing written; a thread's B panels: that thread's tasks left unwritten). With
    few row panels (m up to LM_DIRECT_PANELS * MR) a B panel is used by so few tiles that
    packing it costs about as much as multiplying: panels whose columns are consecutive
    are then read in place. */
-static int lm_gemm(int ta, long long m, long long n, long long k, const float* a, long long lda,
-                   const lm_in* in, const lm_out* out)
+static long long lm_gemm(int ta, long long m, long long n, long long k, const float* a,
+                         long long lda, const lm_in* in, const lm_out* out)
 {
     const long long m_panels = (m + LM_MR - 1) / LM_MR, n_panels = (n + LM_NR - 1) / LM_NR;
     const long long k_blocks = (k + LM_KC - 1) / LM_KC, mp = m_panels * LM_MR;
@@ -615,8 +616,9 @@ static int lm_gemm(int ta, long long m, long long n, long long k, const float* a
        another */
     const int a_in_place = ta == LM_NO_TRANS;
     const long long packed_from = a_in_place ? m / LM_MR : 0; /* first packed panel */
-    float* ap = (float*)malloc((size_t)((mp - packed_from * LM_MR) * k + 1) * sizeof(float));
-    if (!ap) return 1;
+    const long long ap_bytes = ((mp - packed_from * LM_MR) * k + 1) * (long long)sizeof(float);
+    float* ap = (float*)malloc((size_t)ap_bytes);
+    if (!ap) return ap_bytes;
     const int threads = lm_threads();
     /* tasks: column chunks of TASK_PANELS panels (a task packs its chunk's B panels once
        and multiplies every row panel by them), at least 4 per thread. Each row part packs
@@ -649,7 +651,7 @@ static int lm_gemm(int ta, long long m, long long n, long long k, const float* a
         shared_b = (float*)malloc((size_t)b_floats * sizeof(float));
         if (!shared_b) {
             free(ap);
-            return 1;
+            return b_floats * (long long)sizeof(float);
         }
     }
     int failed = 0;
@@ -718,7 +720,7 @@ static int lm_gemm(int ta, long long m, long long n, long long k, const float* a
     }
     free(shared_b);
     free(ap);
-    return failed;
+    return failed ? chunk * LM_NR * (whole_k ? k : kb) * (long long)sizeof(float) : 0;
 }
 
 /* C (m x n) = A B^T with A and B's rows along K (m, n >= 1): a small output, a long K
@@ -892,7 +894,7 @@ void lm_sgemm(int ta, int tb, long long m, long long n, long long k, const float
    nn, (size, stride) x nn}; B's row p is p's position over the first nk axes, its column
    j j's over the other nn (sizes multiplying to k and n), element (p, j) at x[row offset
    + column offset]. A convolution's im2col columns are read this way from the padded
-   input, never copied. Returns 0, or the bytes it could not allocate (nothing written). */
+   input, never copied. Returns 0, or the bytes it could not allocate (lm_gemm). */
 long long lm_sgemm_gather_ep(int ta, long long m, long long n, long long k, const float* a,
                              long long lda, const float* x, const long long* desc, float* c,
                              long long ldc, long long width, long long stride,
@@ -910,9 +912,7 @@ long long lm_sgemm_gather_ep(int ta, long long m, long long n, long long k, cons
         return 0;
     }
     const lm_in in = {LM_NO_TRANS, x, 0, desc};
-    if (lm_gemm(ta, m, n, k, a, lda, &in, &out))
-        return (long long)(((m + LM_MR - 1) / LM_MR * LM_MR * k + LM_NR * LM_KC) * sizeof(float));
-    return 0;
+    return lm_gemm(ta, m, n, k, a, lda, &in, &out);
 }
 
 long long lm_sgemm_gather(int ta, long long m, long long n, long long k, const float* a,
