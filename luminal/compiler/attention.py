@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from luminal import ops
+from luminal.compiler.pattern import private, replace_pattern
 from luminal.dtype import DType, float32
 from luminal.graph import Edge, Graph, Node
 from luminal.shape.expr import Expr, var
@@ -123,7 +124,7 @@ def match_attention(graph: Graph, product: Node, readers: dict[int, set[int]]) -
     for weights_at, v_at in ((0, 1), (1, 0)):
         m = _Matcher(graph)
         found = _match_from(m, product, product.inputs[weights_at], product.inputs[v_at], rows)
-        if found is not None and _private(graph, readers, found.replaced):
+        if found is not None and private(graph, readers, found.replaced):
             return found
     return None
 
@@ -248,17 +249,6 @@ def _shapes_agree(scores: Node, product: Node, v: Edge, rows: int) -> bool:
     )
 
 
-def _private(graph: Graph, readers: dict[int, set[int]], replaced: list[int]) -> bool:
-    """Every replaced node but the output is read only inside the pattern, and none is an
-    output of the graph (the softmax's weights may be retrieved: then no fusion)."""
-    inside = set(replaced)
-    outputs = set(graph.output_roots())
-    for node_id in replaced[:-1]:
-        if node_id in outputs or not readers.get(node_id, set()) <= inside:
-            return False
-    return True
-
-
 def fuse_attention(graph: Graph) -> int:
     """Replace every attention of `graph` worth fusing (`worth_fusing`) by an
     `ops.FusedAttention` node; returns how many were fused. Nodes the pattern no longer
@@ -333,23 +323,13 @@ def _apply(
     causal: tuple[Expr, float] | None,
     readers: dict[int, set[int]],
 ) -> None:
-    output = graph.nodes[match.replaced[-1]]
     mask = match.mask
     op = ops.FusedAttention(match.scale)
     if causal is not None:
         op = ops.FusedAttention(match.scale, causal[0], causal[1])
         mask = None
     edges = [match.q, match.k, match.v] + ([mask] if mask is not None else [])
-    new = graph.insert(op, edges, output.shape, output.dtype)
-    graph.replace(output.id, new, readers=readers)
-    for edge in edges:
-        readers.setdefault(edge.source, set()).add(new)
-    for node_id in reversed(match.replaced[:-1]):  # readers first
-        node = graph.nodes[node_id]
-        for edge in node.inputs:
-            readers.get(edge.source, set()).discard(node_id)
-        graph.remove(node_id)
-        readers.pop(node_id, None)
+    replace_pattern(graph, op, edges, match.replaced, readers)
 
 
 def causal_mask_tensor(

@@ -23,11 +23,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from luminal import ops
+from luminal.compiler.pattern import private, replace_pattern
 from luminal.dtype import DType
 from luminal.graph import Edge, Graph, Node
 from luminal.nn.winograd import F2, F4
 from luminal.schedule.constant_matrix import constant_value
-from luminal.shape.expr import Expr, sym
+from luminal.shape.expr import known_ints, sym
 from luminal.shape.tracker import ShapeTracker
 
 TRANSFORMS = {4: F4, 2: F2}
@@ -118,11 +119,6 @@ class Match:
     replaced: list[int]
 
 
-def _ints(shape: tuple[Expr, ...]) -> tuple[int, ...] | None:
-    values = tuple(d.as_int() for d in shape)
-    return None if any(v is None for v in values) else values  # type: ignore[return-value]
-
-
 def _constant_operand(graph: Graph, node: Node, prefix: str) -> tuple[int, Edge, np.ndarray] | None:
     """(the other operand's index, the constant's edge, its data) when one operand of
     `node` is a constant matrix named `prefix`."""
@@ -148,7 +144,7 @@ def match_winograd(graph: Graph, node: Node) -> Match | None:
     if type(node.op) is not ops.Contract or node.dtype != DType.float32 or node.op.axis != 6:
         return None
     found = _constant_operand(graph, node, "winograd_AT")
-    out_shape = _ints(tuple(node.shape))
+    out_shape = known_ints(tuple(node.shape))
     if found is None or out_shape is None or len(out_shape) != 6:
         return None
     m_side, at_edge, at_data = found
@@ -170,7 +166,11 @@ def match_winograd(graph: Graph, node: Node) -> Match | None:
     if not _equal(bt_data, np.kron(transforms.bt, transforms.bt)):
         return None
     d = graph.nodes[v.inputs[d_side].source]
-    m_shape, v_shape, d_shape = _ints(tuple(m.shape)), _ints(tuple(v.shape)), _ints(tuple(d.shape))
+    m_shape, v_shape, d_shape = (
+        known_ints(tuple(m.shape)),
+        known_ints(tuple(v.shape)),
+        known_ints(tuple(d.shape)),
+    )
     if type(d.op) is not ops.Contiguous or None in (m_shape, v_shape, d_shape):
         return None
     u_edge = m.inputs[1 - v_side]
@@ -210,11 +210,8 @@ def _equal(data: np.ndarray, expected: np.ndarray) -> bool:
 def _fusable(graph: Graph, match: Match, readers: dict[int, set[int]]) -> bool:
     """The removed nodes are read only inside the pattern, and the windows and U are read
     the way the CPU kernel reads them (`winograd_kernel`)."""
-    inside = set(match.replaced)
-    outputs = set(graph.output_roots())
-    for node_id in match.replaced[:-1]:
-        if node_id in outputs or not readers.get(node_id, set()) <= inside:
-            return False
+    if not private(graph, readers, match.replaced):
+        return False
     s = match.sizes
     return s.positions * s.outs * s.channels * 4 <= MAX_WEIGHT_BYTES and (
         windows_layout(match.edges[0].view, s) is not None
@@ -224,9 +221,10 @@ def _fusable(graph: Graph, match: Match, readers: dict[int, set[int]]) -> bool:
 
 def windows_layout(view: ShapeTracker, s: Sizes) -> tuple[int, int, int, int, int] | None:
     """(offset, image, channel, row and tile-row strides) of the windows' view when each
-    window row is unit-stride, tiles `tile` columns apart, and nothing is masked but the
-    skew channels (the input is already padded), else None."""
-    strides = _ints(tuple(view.strides))
+    window row is unit-stride, tiles `tile` columns apart, images and channels are planes
+    laid out one after another, and nothing is masked but the skew channels (the input is
+    already padded), else None."""
+    strides = known_ints(tuple(view.strides))
     offset = view.offset.as_int()
     if strides is None or offset is None:
         return None
@@ -234,6 +232,13 @@ def windows_layout(view: ShapeTracker, s: Sizes) -> tuple[int, int, int, int, in
     if column != 1 or (s.cols > 1 and tile_col != s.tile):
         return None
     if s.rows > 1 and tile_row != s.tile * row:
+        return None
+    # planes after one another as in a padded NCHW buffer (the kernel's whole-vector reads
+    # past a row check only the last window row of a group against the buffer's end)
+    plane = row * (s.tile * s.rows + 2)
+    if row <= 0 or (s.channels > 1 and channel < plane):
+        return None
+    if s.images > 1 and image < max(channel * s.channels, plane):
         return None
     if view.mask is not None:
         sizes = (s.alpha, s.alpha, s.padded_channels, s.images, s.rows, s.cols)
@@ -250,7 +255,7 @@ def windows_layout(view: ShapeTracker, s: Sizes) -> tuple[int, int, int, int, in
 def weights_layout(view: ShapeTracker) -> tuple[int, int, int] | None:
     """(offset, position and row strides) of U's view (alpha^2, K', T, C) when constant
     along T and unit-stride along C (either of size 1 aside), unmasked, else None."""
-    strides = _ints(tuple(view.strides))
+    strides = known_ints(tuple(view.strides))
     offset = view.offset.as_int()
     if strides is None or offset is None or view.mask is not None:
         return None
@@ -272,22 +277,16 @@ def fuse_winograd(graph: Graph) -> int:
         match = match_winograd(graph, node)
         if match is None or not _fusable(graph, match, readers):
             continue
-        new = graph.insert(ops.WinogradConv(match.sizes.tile), match.edges, node.shape, node.dtype)
-        graph.replace(node.id, new, readers=readers)
-        for edge in match.edges:
-            readers.setdefault(edge.source, set()).add(new)
-        for removed in reversed(match.replaced[:-1]):  # readers first
-            for edge in graph.nodes[removed].inputs:
-                readers.get(edge.source, set()).discard(removed)
-            graph.remove(removed)
-            readers.pop(removed, None)
+        replace_pattern(
+            graph, ops.WinogradConv(match.sizes.tile), match.edges, match.replaced, readers
+        )
         fused += 1
     return fused
 
 
 def sizes_of(node: Node) -> Sizes:
     """The sizes of a `WinogradConv` node, from its shape and its inputs' views."""
-    images, outs, rows, tile, cols, _ = _ints(tuple(node.shape))  # type: ignore[misc]
+    images, outs, rows, tile, cols, _ = known_ints(tuple(node.shape))  # type: ignore[misc]
     windows, weights = node.inputs[0].view.shape, node.inputs[1].view.shape
     return Sizes(
         tile,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from luminal import ops
 from luminal.dtype import DType
-from luminal.shape.expr import ONE, ZERO, Expr
+from luminal.shape.expr import ONE, ZERO, Expr, known_ints
 from luminal.shape.tracker import contiguous_strides
 
 F32 = DType.float32
@@ -209,9 +209,9 @@ def _gathered_here(graph, node, side: int) -> Gathered | None:  # noqa: ANN001
         return None
     if inner.view.mask is not None or edge.view.mask is not None:
         return None
-    copy_shape = _ints(copy.shape)
-    x_strides, offset = _ints(inner.view.strides), inner.view.offset.as_int()
-    shape, strides = _ints(edge.view.shape), _ints(edge.view.strides)
+    copy_shape = known_ints(copy.shape)
+    x_strides, offset = known_ints(inner.view.strides), inner.view.offset.as_int()
+    shape, strides = known_ints(edge.view.shape), known_ints(edge.view.strides)
     if None in (copy_shape, x_strides, offset, shape, strides) or edge.view.offset != 0:
         return None
     copy_strides = [int(s) for s in contiguous_strides(copy.shape)]
@@ -241,11 +241,6 @@ def _split(size: int, stride: int, shape, strides, x_strides):  # noqa: ANN001, 
     if total != size:
         return None
     return tuple((shape[i], x_strides[i]) for i in range(first, last + 1) if shape[i] != 1)
-
-
-def _ints(values):  # noqa: ANN001, ANN202
-    ints = [v.as_int() for v in values]
-    return None if None in ints else ints
 
 
 def blas_gathered(graph, order) -> dict[int, int]:  # noqa: ANN001

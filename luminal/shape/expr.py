@@ -592,6 +592,12 @@ def product(values: Iterable[ExprLike]) -> Expr:
     return result
 
 
+def known_ints(values: Iterable[Expr]) -> tuple[int, ...] | None:
+    """The values as ints when every one is a known integer, else None."""
+    ints = tuple(v.as_int() for v in values)
+    return None if None in ints else ints  # type: ignore[return-value]
+
+
 # ---------------------------------------------------------------------------
 # rebuilding an atom after substitution (evaluation, bounds, printing: atoms.py)
 # ---------------------------------------------------------------------------

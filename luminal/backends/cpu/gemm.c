@@ -74,6 +74,13 @@ static inline void lm_v8store(float* p, lm_v8 v) { memcpy(p, &v, sizeof v); }
 
 typedef int lm_ivec __attribute__((vector_size(LM_VW * sizeof(int))));
 
+/* max(v, 0) per lane: negative lanes to 0, NaN kept (it is not negative) */
+static inline lm_vec lm_vrelu(lm_vec v)
+{
+    const lm_ivec negative = v < 0.0f;
+    return (lm_vec)((lm_ivec)v & ~negative);
+}
+
 /* GELU-erf of LM_VW values, the graph's formula op for op: t = x / sqrt 2 clamped to
    +-3.92 (NaN kept), erf(t) = t P(t^2) / Q(t^2) (ERF_NUMERATOR / ERF_DENOMINATOR by
    Horner's rule), exactly +-1 where |t| > 3.92 */
@@ -174,10 +181,7 @@ static inline __attribute__((always_inline)) void lm_finish_row(const lm_out* ou
         for (int x = 0; x < nv; x++) v[x] += lm_vload(r + x * LM_VW);
     }
     if (ep->act == LM_ACT_RELU)
-        for (int x = 0; x < nv; x++) { /* negative lanes to 0; NaN is not negative */
-            const lm_ivec negative = v[x] < 0.0f;
-            v[x] = (lm_vec)((lm_ivec)v[x] & ~negative);
-        }
+        for (int x = 0; x < nv; x++) v[x] = lm_vrelu(v[x]);
     if (ep->act == LM_ACT_GELU)
         for (int x = 0; x < nv; x++) v[x] = lm_vgelu(v[x], 0.5f * ep->scale);
     else if (ep->scale != 1.0f)

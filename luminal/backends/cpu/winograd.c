@@ -49,7 +49,6 @@ typedef struct {
                           all lanes <- phase 0 / 1 (tile 2) of element tile * e + phase */
     lm_ivec join[2];   /* halves (first, second) of two vectors joined */
     lm_ivec shift[2];  /* lanes 1.. of a vector, then lane 0 / 1 of the next */
-    lm_ivec pair[2];   /* lanes (2e, 2e + 1) <- lane e of two vectors: first, second half */
     lm_ivec quad[2];   /* lanes (4e .. 4e + 3) <- lane pairs e of two pair-interleaved */
     /* short rows of tiles (`lm_wg_group_rows`): `rows` rows share a vector, each row's
        lanes after the previous row's */
@@ -57,7 +56,8 @@ typedef struct {
     /* d[b] of two rows, the first `split` tiles long, from their phase vectors */
     lm_ivec gather[LM_VW / 2 + 1][LM_WG_ALPHA];
     lm_ivec halves;            /* lanes of rows (0, 1) | rows (2, 3), rows `cols` long */
-    lm_ivec pair_from[LM_VW];  /* pair[0] from the lanes from the offset on */
+    /* lanes (2e, 2e + 1) <- lane o + e of two vectors, for each first lane o */
+    lm_ivec pair_from[LM_VW];
 } lm_wg_masks;
 
 /* how many rows of `cols` tiles share a vector of lanes (1: each row alone), so that
@@ -96,8 +96,6 @@ static void lm_wg_make_masks(int tile, long long cols, lm_wg_masks* mk)
         mk->join[1][e] = mk->join[0][e] + h;
         mk->shift[0][e] = e + 1;
         mk->shift[1][e] = e + 1 + (e == n - 1);
-        mk->pair[0][e] = (e % 2 ? n : 0) + e / 2;
-        mk->pair[1][e] = mk->pair[0][e] + n / 2;
         mk->quad[0][e] = ((e / 2) % 2 ? n : 0) + 2 * (e / 4) + e % 2;
         mk->quad[1][e] = mk->quad[0][e] + n / 2;
     }
@@ -185,6 +183,19 @@ static inline __attribute__((always_inline)) void lm_wg_rows(const float* const*
     }
 }
 
+
+/* sum over b < alpha of w[b] x[b * step], the transforms' zero weights skipped (their
+   matrices are compiled in: constant, so the test costs nothing) */
+static inline __attribute__((always_inline)) lm_vec lm_wg_dot(const float* w, const lm_vec* x,
+                                                                int alpha, int step)
+{
+    lm_vec acc = (lm_vec){0};
+    #pragma GCC unroll 8
+    for (int b = 0; b < alpha; b++)
+        if (w[b] != 0.0f) acc += w[b] * x[b * step];
+    return acc;
+}
+
 /* V_q[c][lane + l] for the LM_VW lanes of channel c: one row's tiles (`rows` 1) or several
    short rows' (lm_wg_rows, joined by `gather`), window rows starting at row[r] (x_h
    apart), avail[r] floats of each window row readable: B^T d B, separable, first along
@@ -207,30 +218,15 @@ static inline __attribute__((always_inline)) void lm_wg_input(
             lm_wg_rows(lines, rows, avail, tile, gather, mk, d);
         }
         #pragma GCC unroll 8
-        for (int j = 0; j < alpha; j++) {
-            lm_vec acc = (lm_vec){0};
-            #pragma GCC unroll 8
-            for (int b = 0; b < alpha; b++) {
-                const float w = bt[j * alpha + b];
-                if (w != 0.0f) acc += w * d[b];
-            }
-            h[a][j] = acc;
-        }
+        for (int j = 0; j < alpha; j++) h[a][j] = lm_wg_dot(bt + j * alpha, d, alpha, 1);
     }
     #pragma GCC unroll 8
     for (int i = 0; i < alpha; i++)
         #pragma GCC unroll 8
-        for (int j = 0; j < alpha; j++) {
-            lm_vec acc = (lm_vec){0};
-            #pragma GCC unroll 8
-            for (int a = 0; a < alpha; a++) {
-                const float w = bt[i * alpha + a];
-                if (w != 0.0f) acc += w * h[a][j];
-            }
-            /* all lanes: the next segment's tiles, written later, or the row's spare
-               LM_VW floats */
-            lm_vstore(v + (i * alpha + j) * v_q, acc);
-        }
+        for (int j = 0; j < alpha; j++) /* all lanes: the next segment's tiles, written
+                                           later, or the row's spare LM_VW floats */
+            lm_vstore(v + (i * alpha + j) * v_q,
+                      lm_wg_dot(bt + i * alpha, &h[0][j], alpha, LM_WG_ALPHA));
 }
 
 /* what is applied to one output channel's values as they are stored (the consumer of
@@ -253,12 +249,26 @@ static inline __attribute__((always_inline)) void lm_wg_put(float* out, lm_vec* 
     for (int o = 0; o < vectors; o++) {
         const int left = floats - o * LM_VW;
         if (res) row[o] += lm_wg_load(res + o * LM_VW, left);
-        if (ep->relu) { /* negative lanes to 0; NaN is not negative */
-            const lm_ivec negative = row[o] < 0.0f;
-            row[o] = (lm_vec)((lm_ivec)row[o] & ~negative);
-        }
+        if (ep->relu) row[o] = lm_vrelu(row[o]);
         lm_wg_store(out + o * LM_VW, row[o], left);
     }
+}
+
+/* tile / 2 vectors of a tile row, lane tile * l + j <- y[j][l + from's first lane]
+   (`from`: mk->pair_from of that lane, interleaving pairs of y) */
+static inline __attribute__((always_inline)) void lm_wg_interleave(const lm_vec* y, int tile,
+                                                                    lm_ivec from,
+                                                                    const lm_wg_masks* mk,
+                                                                    lm_vec* row)
+{
+    if (tile == 2) {
+        row[0] = __builtin_shuffle(y[0], y[1], from);
+        return;
+    }
+    const lm_vec lo01 = __builtin_shuffle(y[0], y[1], from);
+    const lm_vec lo23 = __builtin_shuffle(y[2], y[3], from);
+    row[0] = __builtin_shuffle(lo01, lo23, mk->quad[0]);
+    row[1] = __builtin_shuffle(lo01, lo23, mk->quad[1]);
 }
 
 /* the output tiles of one channel from A^T M A of the LM_VW lanes M_q[lane + l] (`m`,
@@ -271,66 +281,33 @@ static inline __attribute__((always_inline)) void lm_wg_output(
     int group, int rows, const int* first, const int* count, float* const* out, long long y_i,
     const lm_wg_masks* mk, const lm_wg_ep* ep)
 {
-    lm_vec p[LM_WG_ALPHA - 2][LM_WG_ALPHA];
-    #pragma GCC unroll 8
-    for (int i = 0; i < tile; i++)
-        #pragma GCC unroll 8
-        for (int b = 0; b < alpha; b++) p[i][b] = (lm_vec){0};
+    lm_vec x[LM_WG_ALPHA][LM_WG_ALPHA], p[LM_WG_ALPHA - 2][LM_WG_ALPHA];
     #pragma GCC unroll 8
     for (int a = 0; a < alpha; a++)
         #pragma GCC unroll 8
-        for (int b = 0; b < alpha; b++) {
-            const lm_vec x = lm_vload(m + (a * alpha + b) * m_q);
-            #pragma GCC unroll 8
-            for (int i = 0; i < tile; i++) {
-                const float w = at[i * alpha + a];
-                if (w != 0.0f) p[i][b] += w * x;
-            }
-        }
+        for (int b = 0; b < alpha; b++) x[a][b] = lm_vload(m + (a * alpha + b) * m_q);
+    #pragma GCC unroll 8
+    for (int i = 0; i < tile; i++)
+        #pragma GCC unroll 8
+        for (int b = 0; b < alpha; b++)
+            p[i][b] = lm_wg_dot(at + i * alpha, &x[0][b], alpha, LM_WG_ALPHA);
     #pragma GCC unroll 8
     for (int i = 0; i < tile; i++) {
         lm_vec y[LM_WG_ALPHA - 2];
         #pragma GCC unroll 8
-        for (int j = 0; j < tile; j++) {
-            lm_vec acc = (lm_vec){0};
-            #pragma GCC unroll 8
-            for (int b = 0; b < alpha; b++) {
-                const float w = at[j * alpha + b];
-                if (w != 0.0f) acc += w * p[i][b];
-            }
-            y[j] = acc + ep->bias;
-        }
+        for (int j = 0; j < tile; j++) y[j] = lm_wg_dot(at + j * alpha, p[i], alpha, 1) + ep->bias;
         /* the tile row: lane tile * l + j <- y[j][l] (of row r: y[j][first[r] + l]) */
         lm_vec row[LM_WG_ALPHA - 2];
         if (group) { /* at most two vectors a row */
             for (int r = 0; r < rows; r++) {
-                const lm_ivec from = mk->pair_from[first[r]];
-                if (tile == 2)
-                    row[0] = __builtin_shuffle(y[0], y[1], from);
-                else {
-                    const lm_vec lo01 = __builtin_shuffle(y[0], y[1], from);
-                    const lm_vec lo23 = __builtin_shuffle(y[2], y[3], from);
-                    row[0] = __builtin_shuffle(lo01, lo23, mk->quad[0]);
-                    row[1] = __builtin_shuffle(lo01, lo23, mk->quad[1]);
-                }
+                lm_wg_interleave(y, tile, mk->pair_from[first[r]], mk, row);
                 lm_wg_put(out[r] + i * y_i, row, tile / 2, tile * count[r],
                           ep->residual ? ep->residual + (out[r] - out[0]) + i * y_i : 0, ep);
             }
             continue;
         }
-        if (tile == 2) {
-            row[0] = __builtin_shuffle(y[0], y[1], mk->pair[0]);
-            row[1] = __builtin_shuffle(y[0], y[1], mk->pair[1]);
-        } else {
-            const lm_vec lo01 = __builtin_shuffle(y[0], y[1], mk->pair[0]);
-            const lm_vec hi01 = __builtin_shuffle(y[0], y[1], mk->pair[1]);
-            const lm_vec lo23 = __builtin_shuffle(y[2], y[3], mk->pair[0]);
-            const lm_vec hi23 = __builtin_shuffle(y[2], y[3], mk->pair[1]);
-            row[0] = __builtin_shuffle(lo01, lo23, mk->quad[0]);
-            row[1] = __builtin_shuffle(lo01, lo23, mk->quad[1]);
-            row[2] = __builtin_shuffle(hi01, hi23, mk->quad[0]);
-            row[3] = __builtin_shuffle(hi01, hi23, mk->quad[1]);
-        }
+        lm_wg_interleave(y, tile, mk->pair_from[0], mk, row);
+        lm_wg_interleave(y, tile, mk->pair_from[LM_VW / 2], mk, row + tile / 2);
         lm_wg_put(out[0] + i * y_i, row, tile, tile * count[0],
                   ep->residual ? ep->residual + i * y_i : 0, ep);
     }

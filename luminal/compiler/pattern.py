@@ -1,0 +1,43 @@
+"""Replacing a matched pattern of lowered nodes by one fused node: the bookkeeping the
+attention and Winograd passes share (`compiler/attention.py`, `compiler/winograd.py`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from luminal import ops
+from luminal.graph import Edge, Graph
+
+
+def private(graph: Graph, readers: dict[int, set[int]], replaced: Sequence[int]) -> bool:
+    """Every replaced node but the last (the pattern's output) is read only inside the
+    pattern, and none is an output of the graph: removing them loses nothing."""
+    inside = set(replaced)
+    outputs = set(graph.output_roots())
+    for node_id in replaced[:-1]:
+        if node_id in outputs or not readers.get(node_id, set()) <= inside:
+            return False
+    return True
+
+
+def replace_pattern(
+    graph: Graph,
+    op: ops.Op,
+    edges: Sequence[Edge],
+    replaced: Sequence[int],
+    readers: dict[int, set[int]],
+) -> int:
+    """Insert a node `op` reading `edges` in place of the pattern `replaced` (its output
+    last, whose shape and dtype the node takes), remove the rest, and keep `readers`
+    (`graph.readers()`) current; returns the new node."""
+    output = graph.nodes[replaced[-1]]
+    new = graph.insert(op, edges, output.shape, output.dtype)
+    graph.replace(output.id, new, readers=readers)
+    for edge in edges:
+        readers.setdefault(edge.source, set()).add(new)
+    for node_id in reversed(replaced[:-1]):  # readers first
+        for edge in graph.nodes[node_id].inputs:
+            readers.get(edge.source, set()).discard(node_id)
+        graph.remove(node_id)
+        readers.pop(node_id, None)
+    return new
