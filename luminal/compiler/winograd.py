@@ -5,7 +5,8 @@ kron(A^T, A^T) M) and replace them by one `ops.WinogradConv` node.
 Unfused, each step writes a buffer of several MB that the next reads back (ResNet-18's
 56 x 56 x 64 convolutions at batch 8: about 100 MB moved per convolution, which on two
 threads took longer than the multiplications); the CPU kernel of the fused node
-(`backends/cpu/winograd.c`) runs blocks of tiles through all three steps in L2.
+(`backends/cpu/winograd.c`) runs blocks of tiles through all three steps while they
+are in cache (a block's transformed input and products: about 1 MB at 64 channels).
 
 A graph pass like the attention pass (`compiler/attention.py`), for the same reason: the
 pattern is decided by views (the windows, the products' batch and broadcast strides),
@@ -34,8 +35,8 @@ from luminal.shape.tracker import ShapeTracker
 TRANSFORMS = {4: F4, 2: F2}
 # fused only while the transformed weights (alpha^2 x K x C floats), which every block of
 # tiles reads, stay this small: ResNet-18 at batch 8 on 2 threads, per convolution, fused
-# against unfused (window copy, transforms, products): 56x56x64 (0.6 MB) 2.0 against
-# 4.4 ms, 28x28x128 (2.4 MB) 1.5-2.0 / 3.0, 14x14x256 (9.4 MB) 2.4-2.6 / 2.1-2.6 (its
+# against unfused (window copy, transforms, products): 56x56x64 (0.6 MB) 1.8-2.1 against
+# 4.0-4.3 ms, 28x28x128 (2.4 MB) 1.5-2.0 / 3.0, 14x14x256 (9.4 MB) 2.4-2.6 / 2.1-2.6 (its
 # three: 7.3-7.8 / 6.9-7.3 ms), 7x7x512 with F(2x2) (16.8 MB) 3.4-3.7 / 2.9-3.1
 MAX_WEIGHT_BYTES = 4 << 20
 
