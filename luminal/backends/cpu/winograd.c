@@ -350,6 +350,25 @@ static int lm_wg_parts(long long blocks, int threads, long long panels)
     return best;
 }
 
+/* the calling thread's scratch, kept from call to call (a fresh block of 1-2 MB per
+   thread each call was an allocation and a memset every convolution), zeroed when it
+   grows: the register tiles multiply all LM_NR columns of V, and the lanes a block leaves
+   unwritten hold zeros or values of earlier blocks, never uninitialised memory. Null
+   when it cannot grow. Thread-local: graphs run from several threads keep apart. */
+static float* lm_wg_scratch(size_t floats)
+{
+    static __thread float* memory;
+    static __thread size_t capacity;
+    if (floats > capacity) {
+        float* grown = (float*)calloc(floats, sizeof(float));
+        if (!grown) return 0;
+        free(memory);
+        memory = grown;
+        capacity = floats;
+    }
+    return memory;
+}
+
 /* Y = conv(x, g) by F(tile x tile, 3x3), tile 4 or 2 (alpha = tile + 2), with the
    transforms of `nn/winograd.py` (B^T: LM_WG_BT4 / LM_WG_BT2, A^T: LM_WG_AT4 /
    LM_WG_AT2, row-major, defined before this file from those matrices):
@@ -392,14 +411,12 @@ long long lm_winograd_ep(long long tile, long long images, long long rows, long 
     /* the last partial panel of U's rows, packed (zero rows past K): the register tile
        reads LM_MR rows */
     float* packed = a_floats ? (float*)calloc(a_floats, sizeof(float)) : 0;
-    /* all the threads' scratch before any is started, so that a failure writes nothing
-       (each thread zeroes its own, in parallel) */
-    float* scratch = (float*)malloc(per_thread * (size_t)threads * sizeof(float));
+    /* all the threads' scratch before any is started, so that a failure writes nothing */
+    float* scratch = lm_wg_scratch(per_thread * (size_t)threads);
     /* V's rows for lm_gemm_tile, the same for every thread */
     long long* rows_at = (long long*)malloc((size_t)channels * sizeof(long long));
     if ((a_floats && !packed) || !scratch || !rows_at) {
         free(packed);
-        free(scratch);
         free(rows_at);
         return (long long)((a_floats + per_thread * (size_t)threads) * sizeof(float) +
                            (size_t)channels * sizeof(long long));
@@ -416,9 +433,6 @@ long long lm_winograd_ep(long long tile, long long images, long long rows, long 
     {
         float* v = scratch + per_thread * (size_t)omp_get_thread_num();
         float* m = v + v_floats;
-        /* zeroed: the register tiles multiply all LM_NR columns of V, a block's unused
-           ones included */
-        memset(v, 0, per_thread * sizeof(float));
         lm_wg_segment seg[LM_NR];
         #pragma omp for schedule(dynamic, 1)
         for (long long item = 0; item < items; item++) {
@@ -554,7 +568,6 @@ long long lm_winograd_ep(long long tile, long long images, long long rows, long 
         }
     }
     free(rows_at);
-    free(scratch);
     free(packed);
     return 0;
 }
