@@ -29,6 +29,13 @@ EPILOGUE_PROTOTYPE = (
 
 
 @cache
+def tile_source() -> str:
+    """gemm_tile.c: the register tile (static functions only), which the product and the
+    fused Winograd convolution (`winograd.py`) each compile into their own unit."""
+    return (Path(__file__).parent / "gemm_tile.c").read_text()
+
+
+@cache
 def _source() -> str:
     return (Path(__file__).parent / "gemm.c").read_text()
 
@@ -36,6 +43,4 @@ def _source() -> str:
 def support_unit(blas_sgemm: str) -> tuple[str, str]:
     """The (name, C source) unit defining `lm_sgemm`, calling `blas_sgemm` (the BLAS's
     cblas_sgemm symbol) for the products it leaves to the BLAS."""
-    from luminal.backends.cpu import winograd  # its transforms come from nn/, which imports more
-
-    return "lm_gemm", f"#define LM_BLAS_SGEMM {blas_sgemm}\n{_source()}\n{winograd.source()}"
+    return "lm_gemm", f"#define LM_BLAS_SGEMM {blas_sgemm}\n{tile_source()}\n{_source()}"

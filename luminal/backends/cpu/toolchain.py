@@ -128,7 +128,9 @@ LIBS: tuple[str, ...] = ("-lm",)  # after the objects; libm's linker script pull
 # unrolling of the register tile's loops): plain -O2 (0.3 s) ran the products 3x slower;
 # the dynamic cost model: without it 64x512x784 was 3-5% slower.
 SUPPORT_FLAGS: dict[str, tuple[str, ...]] = {
-    "lm_gemm": ("-O2", "-fpeel-loops", "-fvect-cost-model=dynamic")
+    "lm_gemm": ("-O2", "-fpeel-loops", "-fvect-cost-model=dynamic"),
+    # the register tile it multiplies in is gemm_tile.c, measured with gemm.c's flags
+    "lm_winograd": ("-O2", "-fpeel-loops", "-fvect-cost-model=dynamic"),
 }
 
 SIMD_MATH_HEADER = """\
@@ -467,16 +469,20 @@ def build_shared(sources: Sequence[tuple[str, str]], link_blas: bool = False) ->
 def _support_sources(kernels: Sequence[tuple[str, str]] | None = None) -> list[tuple[str, str]]:
     """luminal's own units: `lm_sgemm` (`gemm.c`) and `lm_sgemm_rows` (`gemv.c`) for
     every library linking the BLAS; the half-precision products (`gemm_bf16.c`, ~0.5 s of
-    gcc on a cold cache, which every float32 graph paid while it was always linked) only
-    where one of `kernels` names them. None: the units every such library gets (what a
-    compile may start building before its kernels exist)."""
-    from luminal.backends.cpu import gemm_bf16, gemv
+    gcc on a cold cache, which every float32 graph paid while it was always linked) and
+    the fused Winograd convolution (`winograd.c`) only where one of `kernels` names them.
+    None: the units every such library gets (what a compile may start building before
+    its kernels exist)."""
+    from luminal.backends.cpu import gemm_bf16, gemv, winograd
     from luminal.backends.cpu.gemm import support_unit
 
     units = [support_unit(blas_flags().sgemm), gemv.support_unit()]
     half = ("lm_gemm_bf16", "lm_gemm_f16")  # gemm_bf16.c's entry points
     if kernels is not None and any(name in source for _, source in kernels for name in half):
         units.append(gemm_bf16.support_unit())
+    # winograd.c (~2.5 s of gcc) likewise, where a kernel calls lm_winograd(_ep)
+    if kernels is not None and any(winograd.NAME in source for _, source in kernels):
+        units.append(winograd.support_unit())
     return units
 
 

@@ -1,5 +1,6 @@
-/* A whole Winograd convolution F(m x m, 3x3) in one call (`ops.WinogradConv`), appended
-   to gemm.c's translation unit so that its products run in gemm.c's register tiles.
+/* A whole Winograd convolution F(m x m, 3x3) in one call (`ops.WinogradConv`), its own
+   unit after gemm_tile.c, so that its products run in gemm.c's register tiles (and a
+   graph without one never compiles it).
 
    The graph computes the same convolution as four kernels (`nn/winograd.py`): the input
    windows copied (2.25x the input for F(4x4)), their transform V = B^T d B, alpha^2

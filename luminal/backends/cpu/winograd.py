@@ -1,5 +1,6 @@
-"""The CPU kernel of `ops.WinogradConv`: one call to `lm_winograd` (`winograd.c`, part of
-gemm.c's translation unit, so its products run in gemm.c's register tiles), which takes
+"""The CPU kernel of `ops.WinogradConv`: one call to `lm_winograd` (`winograd.c`, a support
+unit of its own after gemm_tile.c, so its products run in gemm.c's register tiles; built
+and linked only for graphs that call it), which takes
 blocks of tiles through the input transform, the products and the output transform
 while they are in cache (a block's V and M: about 1 MB at 64 channels, 2 MB at 128)."""
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from luminal.backends.cpu.gemm import tile_source
 from luminal.compiler.winograd import sizes_of, weights_layout, windows_layout
 from luminal.graph import Graph, Node
 from luminal.kernel import ir
@@ -36,16 +38,28 @@ def _array(name: str, matrix: np.ndarray) -> str:
     return f"static const float {name}[{matrix.size}] = {{{values}}};"
 
 
+NAME = "lm_winograd"  # the support unit, and the prefix of its entry points
+
+
 @cache
 def source() -> str:
-    """winograd.c after the transforms of `nn/winograd.py` it is compiled with."""
+    """winograd.c after the register tile it multiplies in (`gemm.tile_source`) and the
+    transforms of `nn/winograd.py` it is compiled with."""
     constants = [
         _array("LM_WG_BT4", F4.bt),
         _array("LM_WG_AT4", F4.at),
         _array("LM_WG_BT2", F2.bt),
         _array("LM_WG_AT2", F2.at),
     ]
-    return "\n".join(constants) + "\n" + (Path(__file__).parent / "winograd.c").read_text()
+    body = (Path(__file__).parent / "winograd.c").read_text()
+    return "\n".join([tile_source(), *constants, body])
+
+
+def support_unit() -> tuple[str, str]:
+    """The (name, C source) unit defining `lm_winograd` and `lm_winograd_ep`: its own unit,
+    built and linked only for a graph whose kernels call it (winograd.c is ~2.5 s of gcc
+    on a cold cache, which every graph paid while it was part of gemm.c's unit)."""
+    return NAME, source()
 
 
 def winograd_kernel(
