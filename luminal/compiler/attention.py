@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from luminal import ops
-from luminal.compiler.pattern import private, replace_pattern
+from luminal.compiler.pattern import live_nodes, private, replace_pattern
 from luminal.dtype import DType, float32
 from luminal.graph import Edge, Graph, Node
 from luminal.shape.expr import Expr, var
@@ -255,10 +255,7 @@ def fuse_attention(graph: Graph) -> int:
     needs are removed."""
     readers = graph.readers()
     fused = 0
-    for node_id in graph.topological_order(graph.output_roots()):
-        node = graph.nodes.get(node_id)
-        if node is None:
-            continue
+    for node in live_nodes(graph):
         match = match_attention(graph, node, readers)
         if match is None:
             continue

@@ -3,10 +3,19 @@ attention and Winograd passes share (`compiler/attention.py`, `compiler/winograd
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from luminal import ops
-from luminal.graph import Edge, Graph
+from luminal.graph import Edge, Graph, Node
+
+
+def live_nodes(graph: Graph) -> Iterator[Node]:
+    """The nodes the outputs need, producers first, skipping those a replacement made
+    while walking has removed (a pass may fuse a pattern ending at any node it visits)."""
+    for node_id in graph.topological_order(graph.output_roots()):
+        node = graph.nodes.get(node_id)
+        if node is not None:
+            yield node
 
 
 def private(graph: Graph, readers: dict[int, set[int]], replaced: Sequence[int]) -> bool:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from luminal import ops
-from luminal.compiler.pattern import private, replace_pattern
+from luminal.compiler.pattern import live_nodes, private, replace_pattern
 from luminal.dtype import DType
 from luminal.graph import Edge, Graph, Node
 from luminal.nn.winograd import F2, F4
@@ -271,10 +271,7 @@ def fuse_winograd(graph: Graph) -> int:
     node; returns how many."""
     readers = graph.readers()
     fused = 0
-    for node_id in graph.topological_order(graph.output_roots()):
-        node = graph.nodes.get(node_id)
-        if node is None:
-            continue
+    for node in live_nodes(graph):
         match = match_winograd(graph, node)
         if match is None or not _fusable(graph, match, readers):
             continue
