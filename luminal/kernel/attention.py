@@ -357,37 +357,68 @@ def _tile_step(
     return [*reads, *updates]
 
 
+def _register_tiles(
+    b: _Builder,
+    names: tuple[str, str, str],
+    tiles: Expr,
+    vectors: int,
+    serial: Expr,
+    acc: list[list[str]],
+    operands: Callable[[Expr, list[Expr]], tuple[list[ir.Value], list[ir.Value]]],
+    start: Callable[[int, Expr], ir.Value],
+    store: Callable[[int, Expr, ir.Value], ir.Stmt],
+) -> ir.Loop:
+    """`tiles` register tiles of GROUP rows x `vectors` x TILE_LANES columns (loops named
+    `names`: tiles, lanes, the serial loop): per tile, the accumulators acc[r][c] of a
+    TILE_LANES-lane loop start at start(r, column), take one `_tile_step` of the rows'
+    and columns' values `operands(k, columns)` per step k of the serial loop (`serial`
+    steps), and are stored once (`store(r, column, value)`)."""
+    width = vectors * TILE_LANES
+
+    def tile(t: Expr) -> list[ir.Stmt]:
+        def lane(j: Expr) -> list[ir.Stmt]:
+            cols = [t * width + c * TILE_LANES + j for c in range(vectors)]
+
+            def step(k: Expr) -> list[ir.Stmt]:
+                return _tile_step(acc, *operands(k, cols))
+
+            starts = [
+                ir.Declare(acc[r][c], F32, start(r, col))
+                for r in range(GROUP)
+                for c, col in enumerate(cols)
+            ]
+            stores = [
+                store(r, col, _v(acc[r][c])) for r in range(GROUP) for c, col in enumerate(cols)
+            ]
+            return [*starts, b.loop(names[2], serial, "serial", step), *stores]
+
+        return [b.loop(names[1], sym(TILE_LANES), "reduce", lane)]
+
+    return b.loop(names[0], tiles, "serial", tile)
+
+
 def _score_tile(b: _Builder, first: Expr) -> ir.Loop:
     """The group's scores against the packed key block as register tiles: per tile,
     GROUP rows x `vectors` x TILE_LANES keys accumulate in locals of a TILE_LANES-lane
     loop across the serial head-dim loop (each key vector loaded feeds GROUP rows, each
     query broadcast `vectors` key vectors) and are stored once."""
     vectors = _vectors(b.block // TILE_LANES)
-    width = vectors * TILE_LANES
-    acc = [[f"acc{r}_{c}" for c in range(vectors)] for r in range(GROUP)]
 
-    def tile(t: Expr) -> list[ir.Stmt]:
-        def lane(j: Expr) -> list[ir.Stmt]:
-            cols = [t * width + c * TILE_LANES + j for c in range(vectors)]
+    def operands(d: Expr, cols: list[Expr]) -> tuple[list[ir.Value], list[ir.Value]]:
+        queries = [ir.Load(QUERY_BLOCK, b.query_at(first + r, d), F32) for r in range(GROUP)]
+        return queries, [ir.Load(KEY_BLOCK, b.key_at(d, col), F32) for col in cols]
 
-            def step(d: Expr) -> list[ir.Stmt]:
-                keys = [ir.Load(KEY_BLOCK, b.key_at(d, col), F32) for col in cols]
-                queries = [
-                    ir.Load(QUERY_BLOCK, b.query_at(first + r, d), F32) for r in range(GROUP)
-                ]
-                return _tile_step(acc, queries, keys)
-
-            zeros = [ir.Declare(a, F32, _c(0.0)) for row in acc for a in row]
-            stores = [
-                ir.Store(SCORE_ROW, b.score_at(col, r), _v(acc[r][c]), F32)
-                for r in range(GROUP)
-                for c, col in enumerate(cols)
-            ]
-            return [*zeros, b.loop("d0_", b.depth, "serial", step), *stores]
-
-        return [b.loop("j0_", sym(TILE_LANES), "reduce", lane)]
-
-    return b.loop("jt_", sym(b.block // width), "serial", tile)
+    return _register_tiles(
+        b,
+        ("jt_", "j0_", "d0_"),
+        sym(b.block // (vectors * TILE_LANES)),
+        vectors,
+        b.depth,
+        [[f"acc{r}_{c}" for c in range(vectors)] for r in range(GROUP)],
+        operands,
+        lambda r, col: _c(0.0),
+        lambda r, col, value: ir.Store(SCORE_ROW, b.score_at(col, r), value, F32),
+    )
 
 
 def _value_tile(b: _Builder, first: Expr, vectors: int) -> ir.Loop:
@@ -396,34 +427,23 @@ def _value_tile(b: _Builder, first: Expr, vectors: int) -> ir.Loop:
     a TILE_LANES-lane loop across the serial loop over the block's keys (packed values,
     zero-padded, and weights, zero past the keys: a constant count, which gcc needs to
     vectorise the lane loop around it) and are stored once."""
-    width = vectors * TILE_LANES
     rows = [b.row0 + first + r for r in range(GROUP)]
-    acc = [[f"out{r}_{c}" for c in range(vectors)] for r in range(GROUP)]
 
-    def tile(t: Expr) -> list[ir.Stmt]:
-        def lane(e: Expr) -> list[ir.Stmt]:
-            cols = [t * width + c * TILE_LANES + e for c in range(vectors)]
+    def operands(j: Expr, cols: list[Expr]) -> tuple[list[ir.Value], list[ir.Value]]:
+        weights = [ir.Load(SCORE_ROW, b.score_at(j, r), F32) for r in range(GROUP)]
+        return weights, [ir.Load(VALUE_BLOCK, b.value_at(j, col), F32) for col in cols]
 
-            def step(j: Expr) -> list[ir.Stmt]:
-                values = [ir.Load(VALUE_BLOCK, b.value_at(j, col), F32) for col in cols]
-                weights = [ir.Load(SCORE_ROW, b.score_at(j, r), F32) for r in range(GROUP)]
-                return _tile_step(acc, weights, values)
-
-            starts = [
-                ir.Declare(acc[r][c], F32, ir.Load(0, b.out_at(row, col), F32))
-                for r, row in enumerate(rows)
-                for c, col in enumerate(cols)
-            ]
-            stores = [
-                ir.Store(0, b.out_at(row, col), _v(acc[r][c]), F32)
-                for r, row in enumerate(rows)
-                for c, col in enumerate(cols)
-            ]
-            return [*starts, b.loop("j0_", sym(b.block), "serial", step), *stores]
-
-        return [b.loop("e0_", sym(TILE_LANES), "reduce", lane)]
-
-    return b.loop("et_", sym(b.width) // width, "serial", tile)
+    return _register_tiles(
+        b,
+        ("et_", "e0_", "j0_"),
+        sym(b.width) // (vectors * TILE_LANES),
+        vectors,
+        sym(b.block),
+        [[f"out{r}_{c}" for c in range(vectors)] for r in range(GROUP)],
+        operands,
+        lambda r, col: ir.Load(0, b.out_at(rows[r], col), F32),
+        lambda r, col, value: ir.Store(0, b.out_at(rows[r], col), value, F32),
+    )
 
 
 def _group(b: _Builder, first: Expr) -> list[ir.Stmt]:
