@@ -419,11 +419,13 @@ static long long lm_gemm(int ta, long long m, long long n, long long k, const fl
         long long rows_at[LM_KC];
         const float* direct[LM_TASK_PANELS];
         if (shared_b) { /* K block q's panels from p0 * n_panels * NR, NR * kc floats each */
+            long long rows_q = -1; /* the K block rows_at holds */
             #pragma omp for schedule(static)
             for (long long t = 0; t < k_blocks * n_panels; t++) {
                 const long long q = t / n_panels, jp = t % n_panels;
                 const long long p0 = q * kb, kc = k - p0 < kb ? k - p0 : kb;
-                lm_b_rows(in, p0, kc, rows_at);
+                if (q != rows_q) lm_b_rows(in, p0, kc, rows_at);
+                rows_q = q;
                 lm_pack_b(in, n, jp * LM_NR, p0, kc, rows_at,
                           shared_b + p0 * n_panels * LM_NR + jp * LM_NR * kc);
             }

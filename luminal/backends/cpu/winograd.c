@@ -31,7 +31,6 @@
 /* V's rows: a register tile's width and one vector more, which a segment's last vector
    of lanes may fill */
 #define LM_WG_LDV (LM_NR + LM_VW)
-#define LM_WG_Q (LM_WG_ALPHA * LM_WG_ALPHA)
 
 /* one segment: `count` tiles side by side in one row of tiles, lane l at column
    tile * l of the rows that start at `row` (rows `x_h` apart) */
