@@ -156,14 +156,13 @@ def match_winograd(graph: Graph, node: Node) -> Match | None:
     m = _contract(graph, node.inputs[m_side], 3)
     if m is None or len(m.shape) != 3:
         return None
-    v_side = _side_of(graph, m)
-    if v_side is None:
+    side = _input_transform(graph, m)
+    if side is None:
         return None
+    v_side, (d_side, bt_edge, bt_data) = side
     v = graph.nodes[m.inputs[v_side].source]
-    found = _constant_operand(graph, v, "winograd_BT")
-    if type(v.op) is not ops.Contract or v.op.axis != 1 or found is None:
+    if v.op.axis != 1:
         return None
-    d_side, bt_edge, bt_data = found
     if not _equal(bt_data, np.kron(transforms.bt, transforms.bt)):
         return None
     d = graph.nodes[v.inputs[d_side].source]
@@ -195,12 +194,15 @@ def match_winograd(graph: Graph, node: Node) -> Match | None:
     return Match(edges, sizes, replaced)
 
 
-def _side_of(graph: Graph, m: Node) -> int | None:
-    """Which operand of the products M = U V is V (a contraction with kron(B^T, B^T))."""
+def _input_transform(graph: Graph, m: Node) -> tuple[int, tuple[int, Edge, np.ndarray]] | None:
+    """(which operand of the products M = U V is V, V's `_constant_operand` for
+    kron(B^T, B^T)) when one is a contraction with it, else None."""
     for side in (0, 1):
         source = graph.nodes[m.inputs[side].source]
-        if type(source.op) is ops.Contract and _constant_operand(graph, source, "winograd_BT"):
-            return side
+        if type(source.op) is ops.Contract:
+            found = _constant_operand(graph, source, "winograd_BT")
+            if found is not None:
+                return side, found
     return None
 
 
