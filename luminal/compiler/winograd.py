@@ -34,10 +34,14 @@ from luminal.shape.tracker import ShapeTracker
 
 TRANSFORMS = {4: F4, 2: F2}
 # fused only while the transformed weights (alpha^2 x K x C floats), which every block of
-# tiles reads, stay this small: ResNet-18 at batch 8 on 2 threads, per convolution, fused
-# against unfused (window copy, transforms, products): 56x56x64 (0.6 MB) 1.8-2.1 against
-# 4.0-4.3 ms, 28x28x128 (2.4 MB) 1.5-2.0 / 3.0, 14x14x256 (9.4 MB) 2.4-2.6 / 2.1-2.6 (its
-# three: 7.3-7.8 / 6.9-7.3 ms), 7x7x512 with F(2x2) (16.8 MB) 3.4-3.7 / 2.9-3.1
+# tiles reads again, stay in the last-level cache: the CPU lowering passes half its size
+# (`backends/cpu/cpu_caches.winograd_weight_limit`), this where the size is unknown.
+# ResNet-18 at batch 8, 2 threads, per convolution, fused against unfused (window copy,
+# transforms, products): 56x56x64 (0.6 MB) 1.8-2.1 against 4.0-4.3 ms, 28x28x128 (2.4 MB)
+# 1.5-2.0 / 3.0; with a 32 MiB L3, 14x14x256 (9.4 MB) 1.9-2.0 / 2.1-2.3 and 7x7x512 with
+# F(2x2) (16.8 MB) 2.7-2.8 / 2.8-2.9 on a quiet machine, and 1.9-2.2 / 2.7 and 2.7 / 3.4
+# when other tenants share the L3 (docs/cpu-backend.md); past it U streams from memory
+# once per block: 14x14x512 (37.7 MB) at batch 4 7.2 against 6.3 ms
 MAX_WEIGHT_BYTES = 4 << 20
 
 
@@ -210,13 +214,15 @@ def _equal(data: np.ndarray, expected: np.ndarray) -> bool:
     return data.shape == expected.shape and np.array_equal(data, expected.astype(np.float32))
 
 
-def _fusable(graph: Graph, match: Match, readers: dict[int, set[int]]) -> bool:
-    """The removed nodes are read only inside the pattern, and the windows and U are read
-    the way the CPU kernel reads them (`winograd_kernel`)."""
+def _fusable(
+    graph: Graph, match: Match, readers: dict[int, set[int]], max_weight_bytes: int
+) -> bool:
+    """The removed nodes are read only inside the pattern, U is at most `max_weight_bytes`,
+    and the windows and U are read the way the CPU kernel reads them (`winograd_kernel`)."""
     if not private(graph, readers, match.replaced):
         return False
     s = match.sizes
-    return s.positions * s.outs * s.channels * 4 <= MAX_WEIGHT_BYTES and (
+    return s.positions * s.outs * s.channels * 4 <= max_weight_bytes and (
         windows_layout(match.edges[0].view, s) is not None
         and weights_layout(match.edges[1].view) is not None
     )
@@ -268,14 +274,14 @@ def weights_layout(view: ShapeTracker) -> tuple[int, int, int] | None:
     return offset, position, row
 
 
-def fuse_winograd(graph: Graph) -> int:
-    """Replace every fusable Winograd convolution of `graph` by an `ops.WinogradConv`
-    node; returns how many."""
+def fuse_winograd(graph: Graph, max_weight_bytes: int = MAX_WEIGHT_BYTES) -> int:
+    """Replace every fusable Winograd convolution of `graph` whose transformed weights are
+    at most `max_weight_bytes` by an `ops.WinogradConv` node; returns how many."""
     readers = graph.readers()
     fused = 0
     for node in live_nodes(graph):
         match = match_winograd(graph, node)
-        if match is None or not _fusable(graph, match, readers):
+        if match is None or not _fusable(graph, match, readers, max_weight_bytes):
             continue
         replace_pattern(
             graph, ops.WinogradConv(match.sizes.tile), match.edges, match.replaced, readers

@@ -16,6 +16,7 @@ import torch
 
 import luminal as lm
 from luminal import ops
+from luminal.backends.cpu import cpu_caches
 from luminal.compiler import winograd as fusion
 from luminal.nn.winograd import F2, F4
 from tests.conftest import uniform
@@ -67,17 +68,35 @@ def test_fused_convolution_matches_torch(rng, monkeypatch, case) -> None:
     np.testing.assert_allclose(y.numpy(), expected, atol=ATOL, rtol=RTOL)
 
 
-def test_large_transformed_weights_stay_unfused(rng, monkeypatch) -> None:
-    """U of 36 x 256 x 256 floats (9.4 MB) is past MAX_WEIGHT_BYTES: the window copy,
-    the constant-matrix transforms and the products stay separate kernels."""
+@pytest.fixture
+def last_level_cache(monkeypatch):  # noqa: ANN001, ANN201
+    """Sets the last-level cache size the CPU lowering's Winograd weight limit sees."""
+
+    def set_size(size: int | None) -> None:
+        monkeypatch.setattr(cpu_caches, "last_level_cache_bytes", lambda: size)
+        cpu_caches.winograd_weight_limit.cache_clear()
+
+    yield set_size
+    cpu_caches.winograd_weight_limit.cache_clear()
+
+
+@pytest.mark.parametrize(("cache", "fused"), [(None, 0), (8 << 20, 0), (32 << 20, 1)])
+def test_transformed_weights_past_half_the_cache_stay_unfused(
+    rng, monkeypatch, last_level_cache, cache, fused
+) -> None:
+    """U of 36 x 256 x 256 floats (9.4 MB) is fused where half the last-level cache holds
+    it (32 MiB), else the window copy, the constant-matrix transforms and the products stay
+    separate kernels (8 MiB, or a cache of unknown size: MAX_WEIGHT_BYTES, 4 MiB); both
+    equal torch."""
+    last_level_cache(cache)
     monkeypatch.setattr(CONV_MODULE, "pick", lambda sizes: F4)
     shape = (1, 256, 8, 8)
     assert fusion.MAX_WEIGHT_BYTES < 36 * 256 * 256 * 4
     cx, layer, reference, x = _layer(rng, shape, 256, 1)
     y = layer(cx.tensor(shape).set(x)).retrieve()
     cx.compile(lm.CPUCompiler())
-    assert _fused(cx) == 0
-    assert sum("constmat" in n for n in _kernel_names(cx)) == 2
+    assert _fused(cx) == fused
+    assert sum("constmat" in n for n in _kernel_names(cx)) == 2 * (1 - fused)
     cx.execute()
     expected = reference(torch.from_numpy(x)).detach().numpy()
     np.testing.assert_allclose(y.numpy(), expected, atol=ATOL, rtol=RTOL)
@@ -219,7 +238,7 @@ def test_the_matcher_refuses_operands_that_are_not_float32(rng, monkeypatch) -> 
     monkeypatch.setattr(CONV_MODULE, "pick", lambda sizes: F4)
     refused = []
 
-    def relabelled(graph: lm.Graph) -> int:
+    def relabelled(graph: lm.Graph, max_weight_bytes: int) -> int:
         for node in list(graph.nodes.values()):
             match = fusion.match_winograd(graph, node)
             if match is None:
@@ -229,7 +248,7 @@ def test_the_matcher_refuses_operands_that_are_not_float32(rng, monkeypatch) -> 
                 graph.nodes[source.id] = dataclasses.replace(source, dtype=DType.float16)
                 refused.append(fusion.match_winograd(graph, node) is None)
                 graph.nodes[source.id] = source
-        return fusion.fuse_winograd(graph)
+        return fusion.fuse_winograd(graph, max_weight_bytes)
 
     monkeypatch.setattr(lowering, "fuse_winograd", relabelled)
     cx, layer, reference, x = _layer(rng, (2, 16, 12, 12), 16, 1)

@@ -10,6 +10,7 @@ from luminal import ops
 from luminal.backends.cpu import toolchain
 from luminal.backends.cpu.blas import blas_contract_kernel
 from luminal.backends.cpu.codegen import PRELUDE, RENDERER, KernelSource, kernel_source
+from luminal.backends.cpu.cpu_caches import winograd_weight_limit
 from luminal.backends.cpu.runtime import CompiledGraph, Segment
 from luminal.backends.cpu.sgemm_epilogue import fuse_epilogues
 from luminal.backends.cpu.winograd import winograd_kernel
@@ -68,7 +69,7 @@ def lower_kernels(
     call (`sgemm_epilogue.py`), so it is left to the build."""
     fuse_attention(graph)
     if blas:  # lm_winograd lives in the gemm unit
-        fuse_winograd(graph)
+        fuse_winograd(graph, winograd_weight_limit())
     plan = plan_fusion(graph)
     materialised = set(plan.materialised) | set(plan.inputs)
     dims = dims_of(graph)

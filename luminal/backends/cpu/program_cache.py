@@ -35,6 +35,7 @@ from typing import Any
 
 from luminal import ops
 from luminal.backends.cpu import cache_files, toolchain
+from luminal.backends.cpu.cpu_caches import winograd_weight_limit
 from luminal.backends.cpu.runtime import CompiledGraph
 from luminal.graph import Graph, NodeTable
 from luminal.schedule.constant_matrix import constant_value
@@ -120,8 +121,9 @@ def source_identity() -> str:
 
 
 def program_key(structure_bytes: bytes, options: tuple) -> str:
-    """The entry's name: structure, options, backend, versions, toolchain, BLAS (the
-    static lowering reads thread counts at run time, so they are not part of it)."""
+    """The entry's name: structure, options, backend, versions, toolchain, BLAS, the cache
+    size the lowering's Winograd fusion depends on (the static lowering reads thread counts
+    at run time, so they are not part of it)."""
     flags = toolchain.blas_flags()
     digest = hashlib.sha256()
     for part in (
@@ -131,6 +133,7 @@ def program_key(structure_bytes: bytes, options: tuple) -> str:
         toolchain.build_id(),
         "\0".join((*flags.cflags, *flags.ldflags)),
         repr(options),
+        f"winograd weights {winograd_weight_limit()}",
     ):
         digest.update(part.encode() + b"\0")
     digest.update(structure_bytes)
