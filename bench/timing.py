@@ -70,8 +70,10 @@ class BestOf:
 
 
 class Rounds:
-    """Interleaved rounds: every round times each contestant once, in turns, after a short
-    pause (BLAS threads spin for a while after a call and would slow the next one); the
+    """Interleaved rounds: every round times each contestant once, in turns, after a
+    pause: thread pools spin for a while after a call and would slow the next contestant
+    (onnxruntime's spins 20-50 ms: ResNet-18 in luminal timed right after it 70.6 ms,
+    20 ms later 52.1, 50-200 ms later 45.8-46.9, on 2 threads; the pause was 20 ms); the
     result is each contestant's median. A fast contestant is timed as a batch of calls
     of at least `batch_seconds` (from its warm-up time) so that timer resolution and
     one-off hiccups do not dominate. Slow cases get fewer rounds: as many as fit in
@@ -87,7 +89,7 @@ class Rounds:
         self,
         rounds: int,
         batch_seconds: float = 0.02,
-        pause: float = 0.02,
+        pause: float = 0.1,
         budget: float = 60.0,
         least: int = 3,
         alternate: bool = False,
