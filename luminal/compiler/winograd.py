@@ -35,7 +35,7 @@ from luminal.shape.tracker import ShapeTracker
 TRANSFORMS = {4: F4, 2: F2}
 # fused only while the transformed weights (alpha^2 x K x C floats), which every block of
 # tiles reads again, stay in the last-level cache: the CPU lowering passes half its size
-# (`backends/cpu/cpu_caches.winograd_weight_limit`), this where the size is unknown.
+# (`backends/cpu/cpu_caches.winograd_weight_limit`), MAX_WEIGHT_BYTES where it is unknown.
 # ResNet-18 at batch 8, 2 threads, per convolution, fused against unfused (window copy,
 # transforms, products): 56x56x64 (0.6 MB) 1.8-2.1 against 4.0-4.3 ms, 28x28x128 (2.4 MB)
 # 1.5-2.0 / 3.0; with a 32 MiB L3, 14x14x256 (9.4 MB) 1.9-2.0 / 2.1-2.3 and 7x7x512 with

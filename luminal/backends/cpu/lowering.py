@@ -68,7 +68,7 @@ def lower_kernels(
     except a kernel that reads a BLAS product: `assemble` may fuse it into the product's
     call (`sgemm_epilogue.py`), so it is left to the build."""
     fuse_attention(graph)
-    if blas:  # lm_winograd lives in the gemm unit
+    if blas:  # lm_winograd multiplies in the BLAS build's register tile (gemm_tile.c)
         fuse_winograd(graph, winograd_weight_limit())
     plan = plan_fusion(graph)
     materialised = set(plan.materialised) | set(plan.inputs)
