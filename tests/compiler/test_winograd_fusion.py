@@ -35,6 +35,29 @@ CASES = [  # (input shape, out channels, padding, transforms)
 ]
 
 
+@pytest.mark.parametrize("count", [1, 2])
+@pytest.mark.parametrize("shape", [(1, 16, 12, 12), (2, 8, 16, 16), (1, 8, 20, 32)], ids=str)
+def test_output_channels_in_chunks_match_torch(rng, shape, count) -> None:  # noqa: ANN001
+    """140 output channels: the kernel's chunks of 64 (LM_WG_CHUNK row panels), the last
+    with a partial row panel; on 2 threads the one block's (or two blocks') channels are
+    split between them off a chunk's boundary (lm_wg_parts), with short rows sharing
+    lanes (3 and 4 tiles a row) and without (8)."""
+    from ..backends.gemm_calls import thread_setter
+
+    setter = thread_setter()
+    next(setter)(count)
+    try:
+        cx, layer, reference, x = _layer(rng, shape, 140, 1)
+        y = layer(cx.tensor(shape).set(x)).relu().retrieve()
+        cx.compile(lm.CPUCompiler())
+        assert _fused(cx) == 1
+        cx.execute()
+    finally:
+        next(setter, None)
+    expected = torch.relu(reference(torch.from_numpy(x))).detach().numpy()
+    np.testing.assert_allclose(y.numpy(), expected, atol=ATOL, rtol=RTOL)
+
+
 def _fused(graph: lm.Graph) -> int:
     return sum(isinstance(n.op, ops.WinogradConv) for n in graph.nodes.values())
 

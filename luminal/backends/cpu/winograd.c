@@ -15,9 +15,9 @@
    Per block: V for every input channel (the tiles of one row of tiles are a segment: a
    window's rows are read as `tile` phases, element tile * l + r of a row at phase r,
    lane l, so that every step below runs along unit-stride lanes, one lane per tile),
-   then for each of the alpha^2 positions the product M_q (K x tiles) = U_q (K x C) V_q
-   (C x tiles) in lm_gemm_tile (U's rows read in place), then Y for every output channel,
-   stored into the output's rows. Rows of at most half a vector of tiles share one vector
+   then, 64 output channels at a time (LM_WG_CHUNK), for each of the alpha^2 positions the
+   product M_q (K x tiles) = U_q (K x C) V_q (C x tiles) in lm_gemm_tile (U's rows read
+   in place), then Y for those channels, stored into the output's rows. Rows of at most half a vector of tiles share one vector
    of lanes, two or four segments side by side (`lm_wg_group_rows`): the transforms cost
    per vector, and 14 x 14 maps filled 4 of 16 lanes (ResNet-18's 28 x 28 x 128, 14 x 14
    x 256 and 7 x 7 x 512 by F(2x2) at batch 8, 1 thread: 2.98 -> 2.54, 3.93 -> 3.21,
@@ -31,6 +31,13 @@
 /* V's rows: a register tile's width and one vector more, which a segment's last vector
    of lanes may fill */
 #define LM_WG_LDV (LM_NR + LM_VW)
+/* a block's output channels go through the products and the output transform LM_WG_CHUNK
+   row panels at a time (64 channels on AVX-512), so that their M (alpha^2 x 64 x LM_NR
+   floats, 442 KB for F(4x4)) stays in L2 between the two: all of 256 channels' (1.8 MB)
+   went to L3, and from memory when another tenant shares it (cold caches, 2 threads:
+   14x14x256 2.71 -> 2.41 ms, 7x7x512 by F(2x2) 3.40-3.46 -> 3.20-3.23; 64 and 128
+   channels, one or two chunks, unchanged) */
+#define LM_WG_CHUNK 8
 
 /* one segment: `count` tiles side by side in one row of tiles, lane l at column
    tile * l of the rows that start at `row` (rows `x_h` apart) */
@@ -402,7 +409,8 @@ long long lm_winograd_ep(long long tile, long long images, long long rows, long 
        apart: 64 x 64 floats apart (16 KB) put the input transform's 36 stores, and the
        output transform's 36 loads, in one L1 set */
     const long long v_q = channels * LM_WG_LDV + 64 / (long long)sizeof(float);
-    const long long m_q = outs * LM_NR + 64 / (long long)sizeof(float);
+    const long long chunk_rows = outs < LM_WG_CHUNK * LM_MR ? outs : LM_WG_CHUNK * LM_MR;
+    const long long m_q = chunk_rows * LM_NR + 64 / (long long)sizeof(float);
     const size_t v_floats = (size_t)(q_count * v_q), m_floats = (size_t)(q_count * m_q);
     const size_t a_floats = (size_t)(last_rows ? q_count * channels * LM_MR : 0);
     /* each thread's V and M (one vector more: M's last lanes are read whole), whole
@@ -436,11 +444,10 @@ long long lm_winograd_ep(long long tile, long long images, long long rows, long 
         lm_wg_segment seg[LM_NR];
         #pragma omp for schedule(dynamic, 1)
         for (long long item = 0; item < items; item++) {
-            /* block b's output channels: panels [p0, p1) of LM_MR, channels [k0, k1) */
+            /* block b's output channels: panels [p0, p1) of LM_MR */
             const long long b = item / parts, part = item % parts;
             const long long panels = full_panels + (last_rows != 0);
             const long long p0 = panels * part / parts, p1 = panels * (part + 1) / parts;
-            const long long k0 = p0 * LM_MR, k1 = p1 * LM_MR < outs ? p1 * LM_MR : outs;
             const long long t0 = b * block, t1 = t0 + block < tiles ? t0 + block : tiles;
             if (t0 >= t1) continue;
             const int width = (int)(t1 - t0);
@@ -508,63 +515,69 @@ long long lm_winograd_ep(long long tile, long long images, long long rows, long 
                             lm_wg_input(2, 4, LM_WG_BT2, rc, 1, x_h, used, 0, vcc, v_q, &masks);
                     }
                 }
-            for (int q = 0; q < q_count; q++) {
-                const lm_out out = {m + q * m_q, LM_NR, LM_NR, 0, 0};
-                const float* uq = u + q * u_q;
-                for (long long ip = p0; ip < p1 && ip < full_panels; ip++)
-                    lm_gemm_tile(channels, uq + ip * LM_MR * u_k, u_k, v + q * v_q, rows_at, &out,
-                                 ip * LM_MR, 0, LM_MR, width, 0, 0);
-                if (last_rows && p1 == panels)
-                    lm_gemm_tile(channels, packed + q * channels * LM_MR, 0, v + q * v_q, rows_at,
-                                 &out, full_panels * LM_MR, 0, (int)last_rows, width, 0, 0);
-            }
-            for (int s = 0; group > 1 && s < segments; s += group) {
-                const int valid = segments - s < group ? segments - s : group;
-                int first[4], count[4];
-                for (int r = 0; r < valid; r++) {
-                    first[r] = (int)(seg[s + r].lane - seg[s].lane);
-                    count[r] = seg[s + r].count;
+            /* the block's output channels LM_WG_CHUNK row panels at a time (M holds one chunk) */
+            for (long long c0 = p0; c0 < p1; c0 += LM_WG_CHUNK) {
+                const long long c1 = c0 + LM_WG_CHUNK < p1 ? c0 + LM_WG_CHUNK : p1;
+                const long long kk0 = c0 * LM_MR, kk1 = c1 * LM_MR < outs ? c1 * LM_MR : outs;
+                for (int q = 0; q < q_count; q++) {
+                    const lm_out out = {m + q * m_q, LM_NR, LM_NR, 0, 0};
+                    const float* uq = u + q * u_q;
+                    for (long long ip = c0; ip < c1 && ip < full_panels; ip++)
+                        lm_gemm_tile(channels, uq + ip * LM_MR * u_k, u_k, v + q * v_q, rows_at,
+                                     &out, (ip - c0) * LM_MR, 0, LM_MR, width, 0, 0);
+                    if (last_rows && c1 == panels)
+                        lm_gemm_tile(channels, packed + q * channels * LM_MR, 0, v + q * v_q,
+                                     rows_at, &out, (full_panels - c0) * LM_MR, 0,
+                                     (int)last_rows, width, 0, 0);
                 }
-                const float* ml = m + seg[s].lane;
-                for (long long k = k0; k < k1; k++) {
-                    const float* mk = ml + k * LM_NR;
-                    float* yk[4];
-                    for (int r = 0; r < valid; r++) yk[r] = seg[s + r].out + k * y_k;
-                    const lm_wg_ep ek = {bias ? bias[k] : 0.0f,
-                                         residual ? residual + (yk[0] - y) : 0, relu};
-                    if (tile == 4)
-                        lm_wg_output(4, 6, LM_WG_AT4, mk, m_q, 1, valid, first, count, yk, y_i,
-                                     &masks, &ek);
-                    else
-                        lm_wg_output(2, 4, LM_WG_AT2, mk, m_q, 1, valid, first, count, yk, y_i,
-                                     &masks, &ek);
-                }
-            }
-            for (int s = 0; group == 1 && s < segments; s++)
-                for (int l0 = 0; l0 < seg[s].count; l0 += LM_VW) {
-                    const int count = seg[s].count - l0 < LM_VW ? seg[s].count - l0 : LM_VW;
-                    const float* ml = m + seg[s].lane + l0;
-                    float* yl = seg[s].out + l0 * tile;
-                    for (long long k = k0; k < k1; k++) {
-                        const float* mk = ml + k * LM_NR;
-                        float* yk[1] = {yl + k * y_k};
-                        const int none[1] = {0}, part[1] = {count}, all[1] = {LM_VW};
+                for (int s = 0; group > 1 && s < segments; s += group) {
+                    const int valid = segments - s < group ? segments - s : group;
+                    int first[4], count[4];
+                    for (int r = 0; r < valid; r++) {
+                        first[r] = (int)(seg[s + r].lane - seg[s].lane);
+                        count[r] = seg[s + r].count;
+                    }
+                    const float* ml = m + seg[s].lane;
+                    for (long long k = kk0; k < kk1; k++) {
+                        const float* mk = ml + (k - kk0) * LM_NR;
+                        float* yk[4];
+                        for (int r = 0; r < valid; r++) yk[r] = seg[s + r].out + k * y_k;
                         const lm_wg_ep ek = {bias ? bias[k] : 0.0f,
                                              residual ? residual + (yk[0] - y) : 0, relu};
-                        if (tile == 4 && count == LM_VW)
-                            lm_wg_output(4, 6, LM_WG_AT4, mk, m_q, 0, 1, none, all, yk, y_i,
-                                         &masks, &ek);
-                        else if (tile == 4)
-                            lm_wg_output(4, 6, LM_WG_AT4, mk, m_q, 0, 1, none, part, yk, y_i,
-                                         &masks, &ek);
-                        else if (count == LM_VW)
-                            lm_wg_output(2, 4, LM_WG_AT2, mk, m_q, 0, 1, none, all, yk, y_i,
+                        if (tile == 4)
+                            lm_wg_output(4, 6, LM_WG_AT4, mk, m_q, 1, valid, first, count, yk, y_i,
                                          &masks, &ek);
                         else
-                            lm_wg_output(2, 4, LM_WG_AT2, mk, m_q, 0, 1, none, part, yk, y_i,
+                            lm_wg_output(2, 4, LM_WG_AT2, mk, m_q, 1, valid, first, count, yk, y_i,
                                          &masks, &ek);
                     }
                 }
+                for (int s = 0; group == 1 && s < segments; s++)
+                    for (int l0 = 0; l0 < seg[s].count; l0 += LM_VW) {
+                        const int count = seg[s].count - l0 < LM_VW ? seg[s].count - l0 : LM_VW;
+                        const float* ml = m + seg[s].lane + l0;
+                        float* yl = seg[s].out + l0 * tile;
+                        for (long long k = kk0; k < kk1; k++) {
+                            const float* mk = ml + (k - kk0) * LM_NR;
+                            float* yk[1] = {yl + k * y_k};
+                            const int none[1] = {0}, part[1] = {count}, all[1] = {LM_VW};
+                            const lm_wg_ep ek = {bias ? bias[k] : 0.0f,
+                                                 residual ? residual + (yk[0] - y) : 0, relu};
+                            if (tile == 4 && count == LM_VW)
+                                lm_wg_output(4, 6, LM_WG_AT4, mk, m_q, 0, 1, none, all, yk, y_i,
+                                             &masks, &ek);
+                            else if (tile == 4)
+                                lm_wg_output(4, 6, LM_WG_AT4, mk, m_q, 0, 1, none, part, yk, y_i,
+                                             &masks, &ek);
+                            else if (count == LM_VW)
+                                lm_wg_output(2, 4, LM_WG_AT2, mk, m_q, 0, 1, none, all, yk, y_i,
+                                             &masks, &ek);
+                            else
+                                lm_wg_output(2, 4, LM_WG_AT2, mk, m_q, 0, 1, none, part, yk, y_i,
+                                             &masks, &ek);
+                        }
+                    }
+            }
         }
     }
     free(rows_at);
