@@ -36,18 +36,24 @@ CASES = [  # (input shape, out channels, padding, transforms)
 
 
 @pytest.mark.parametrize("count", [1, 2])
-@pytest.mark.parametrize("shape", [(1, 16, 12, 12), (2, 8, 16, 16), (1, 8, 20, 32)], ids=str)
-def test_output_channels_in_chunks_match_torch(rng, shape, count) -> None:  # noqa: ANN001
-    """140 output channels: the kernel's chunks of 64 (LM_WG_CHUNK row panels), the last
-    with a partial row panel; on 2 threads the one block's (or two blocks') channels are
-    split between them off a chunk's boundary (lm_wg_parts), with short rows sharing
-    lanes (3 and 4 tiles a row) and without (8)."""
+@pytest.mark.parametrize(
+    "shape, tile",
+    [((1, 16, 12, 12), 4), ((2, 8, 16, 16), 4), ((1, 8, 20, 32), 4), ((1, 8, 14, 12), 2)],
+    ids=str,
+)
+def test_output_channels_in_chunks_match_torch(rng, monkeypatch, shape, tile, count) -> None:  # noqa: ANN001
+    """150 output channels: the kernel's chunks (LM_WG_M_BYTES on AVX-512: 64 channels by
+    F(4x4), 144 by F(2x2)), the last with a partial row panel; on 2 threads the one
+    block's (or two blocks') channels are split between them off a chunk's boundary
+    (lm_wg_parts), with short rows sharing lanes (3, 4 and 6 tiles a row) and without (8)."""
     from ..backends.gemm_calls import thread_setter
 
+    transforms = {4: F4, 2: F2}[tile]
+    monkeypatch.setattr(CONV_MODULE, "pick", lambda sizes: transforms)
     setter = thread_setter()
     next(setter)(count)
     try:
-        cx, layer, reference, x = _layer(rng, shape, 140, 1)
+        cx, layer, reference, x = _layer(rng, shape, 150, 1)
         y = layer(cx.tensor(shape).set(x)).relu().retrieve()
         cx.compile(lm.CPUCompiler())
         assert _fused(cx) == 1

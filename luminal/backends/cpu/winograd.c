@@ -15,9 +15,10 @@
    Per block: V for every input channel (the tiles of one row of tiles are a segment: a
    window's rows are read as `tile` phases, element tile * l + r of a row at phase r,
    lane l, so that every step below runs along unit-stride lanes, one lane per tile),
-   then, 64 output channels at a time (LM_WG_CHUNK), for each of the alpha^2 positions the
-   product M_q (K x tiles) = U_q (K x C) V_q (C x tiles) in lm_gemm_tile (U's rows read
-   in place), then Y for those channels, stored into the output's rows. Rows of at most half a vector of tiles share one vector
+   then, a chunk of output channels at a time (LM_WG_M_BYTES), for each of the alpha^2
+   positions the product M_q (K x tiles) = U_q (K x C) V_q (C x tiles) in lm_gemm_tile
+   (U's rows read in place), then Y for those channels, stored into the output's rows.
+   Rows of at most half a vector of tiles share one vector
    of lanes, two or four segments side by side (`lm_wg_group_rows`): the transforms cost
    per vector, and 14 x 14 maps filled 4 of 16 lanes (ResNet-18's 28 x 28 x 128, 14 x 14
    x 256 and 7 x 7 x 512 by F(2x2) at batch 8, 1 thread: 2.98 -> 2.54, 3.93 -> 3.21,
@@ -31,13 +32,14 @@
 /* V's rows: a register tile's width and one vector more, which a segment's last vector
    of lanes may fill */
 #define LM_WG_LDV (LM_NR + LM_VW)
-/* a block's output channels go through the products and the output transform LM_WG_CHUNK
-   row panels at a time (64 channels on AVX-512), so that their M (alpha^2 x 64 x LM_NR
-   floats, 442 KB for F(4x4)) stays in L2 between the two: all of 256 channels' (1.8 MB)
-   went to L3, and from memory when another tenant shares it (cold caches, 2 threads:
-   14x14x256 2.71 -> 2.41 ms, 7x7x512 by F(2x2) 3.40-3.46 -> 3.20-3.23; 64 and 128
-   channels, one or two chunks, unchanged) */
-#define LM_WG_CHUNK 8
+/* a block's output channels go through the products and the output transform in chunks
+   whose M (alpha^2 x channels x LM_NR floats) is at most LM_WG_M_BYTES, so that it stays
+   in L2 between the two (64 channels by F(4x4), 144 by F(2x2) on AVX-512): all of 256
+   channels' M (1.8 MB) went to L3, and to memory when another tenant shares it (cold
+   caches, 2 threads: 14x14x256 2.71 -> 2.41 ms, 7x7x512 by F(2x2) 3.40-3.46 -> 3.20-3.23
+   in chunks of 64, 3.06-3.33 -> 2.93-3.20 in chunks of 128 rather than 64; 64 and 128
+   channels by F(4x4) unchanged) */
+#define LM_WG_M_BYTES (448LL << 10)
 
 /* one segment: `count` tiles side by side in one row of tiles, lane l at column
    tile * l of the rows that start at `row` (rows `x_h` apart) */
@@ -409,7 +411,9 @@ long long lm_winograd_ep(long long tile, long long images, long long rows, long 
        apart: 64 x 64 floats apart (16 KB) put the input transform's 36 stores, and the
        output transform's 36 loads, in one L1 set */
     const long long v_q = channels * LM_WG_LDV + 64 / (long long)sizeof(float);
-    const long long chunk_rows = outs < LM_WG_CHUNK * LM_MR ? outs : LM_WG_CHUNK * LM_MR;
+    const long long panel_bytes = q_count * LM_MR * LM_NR * (long long)sizeof(float);
+    const long long chunk = LM_WG_M_BYTES / panel_bytes > 1 ? LM_WG_M_BYTES / panel_bytes : 1;
+    const long long chunk_rows = outs < chunk * LM_MR ? outs : chunk * LM_MR;
     const long long m_q = chunk_rows * LM_NR + 64 / (long long)sizeof(float);
     const size_t v_floats = (size_t)(q_count * v_q), m_floats = (size_t)(q_count * m_q);
     const size_t a_floats = (size_t)(last_rows ? q_count * channels * LM_MR : 0);
@@ -515,9 +519,9 @@ long long lm_winograd_ep(long long tile, long long images, long long rows, long 
                             lm_wg_input(2, 4, LM_WG_BT2, rc, 1, x_h, used, 0, vcc, v_q, &masks);
                     }
                 }
-            /* the block's output channels LM_WG_CHUNK row panels at a time (M holds one chunk) */
-            for (long long c0 = p0; c0 < p1; c0 += LM_WG_CHUNK) {
-                const long long c1 = c0 + LM_WG_CHUNK < p1 ? c0 + LM_WG_CHUNK : p1;
+            /* the block's output channels `chunk` row panels at a time (M holds one chunk) */
+            for (long long c0 = p0; c0 < p1; c0 += chunk) {
+                const long long c1 = c0 + chunk < p1 ? c0 + chunk : p1;
                 const long long kk0 = c0 * LM_MR, kk1 = c1 * LM_MR < outs ? c1 * LM_MR : outs;
                 for (int q = 0; q < q_count; q++) {
                     const lm_out out = {m + q * m_q, LM_NR, LM_NR, 0, 0};
