@@ -127,11 +127,9 @@ LIBS: tuple[str, ...] = ("-lm",)  # after the objects; libm's linker script pull
 # to 512x1536x384, interleaved minima within 3%). What matters is -fpeel-loops (complete
 # unrolling of the register tile's loops): plain -O2 (0.3 s) ran the products 3x slower;
 # the dynamic cost model: without it 64x512x784 was 3-5% slower.
-SUPPORT_FLAGS: dict[str, tuple[str, ...]] = {
-    "lm_gemm": ("-O2", "-fpeel-loops", "-fvect-cost-model=dynamic"),
-    # the register tile it multiplies in is gemm_tile.c, measured with gemm.c's flags
-    "lm_winograd": ("-O2", "-fpeel-loops", "-fvect-cost-model=dynamic"),
-}
+TILE_FLAGS: tuple[str, ...] = ("-O2", "-fpeel-loops", "-fvect-cost-model=dynamic")
+# winograd.c multiplies in the same register tile (gemm_tile.c), so it gets the same flags
+SUPPORT_FLAGS: dict[str, tuple[str, ...]] = {"lm_gemm": TILE_FLAGS, "lm_winograd": TILE_FLAGS}
 
 SIMD_MATH_HEADER = """\
 /* luminal: vector variants of float math (glibc libmvec), declared the way <math.h> does
