@@ -55,7 +55,11 @@ with the graph node. A reference with a true `step_function` attribute says its 
 is a step function of its float inputs (rounding them, as luminal.quant's 8-bit
 activations do), where a one-ulp difference upstream may move it past any float
 tolerance: CPUCompiler's check then runs it on the compiled program's own inputs, after
-checking those against the reference's (luminal/backends/cpu/verify.py).
+checking those against the reference's (luminal/backends/cpu/verify.py). A reference
+with a `vjp(ctx)` method makes the kernel differentiable: `lm.training.Autograd` calls it
+as it calls a primitive's rule (`training/autograd.py`'s VJPContext: the input gradients,
+None for those not wanted); the CPU compiler's fused max pools have one
+(`compiler/max_pool.py`).
 """
 
 from __future__ import annotations

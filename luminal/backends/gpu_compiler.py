@@ -20,6 +20,7 @@ from luminal.backends import gpu_search, gpu_tuning
 from luminal.backends.cpu.verify import check_inputs, output_views, reference_outputs
 from luminal.backends.gpu_runtime import GpuCompiledGraph, GpuDevice
 from luminal.compiler.egraph import EGraphCompiler
+from luminal.compiler.max_pool import unfuse_max_pools
 from luminal.compiler.passes import GenericCompiler
 from luminal.custom import narrow_to
 from luminal.errors import CompileError
@@ -67,7 +68,9 @@ class GpuCompiler:
         return lower_gpu(graph)
 
     def lower(self, graph: Graph) -> GpuProgram:
-        """Generic passes, the e-graph, then the GPU launches (changes `graph`)."""
+        """Generic passes, the e-graph, then the GPU launches (changes `graph`). A graph
+        compiled for the CPU first gets its fused pools back as nodes (their kernel is C)."""
+        unfuse_max_pools(graph)
         graph.compile(GenericCompiler())
         graph.compile(EGraphCompiler(rulesets=RULESETS))
         graph.compile(GenericCompiler())

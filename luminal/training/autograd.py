@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from luminal import ops
+from luminal.custom import CustomKernel
 from luminal.errors import DTypeError, GraphError, LuminalError, format_shape
 from luminal.shape.expr import ZERO
 from luminal.shape.tracker import Expand, Permute, Reshape, ShapeTracker
@@ -221,7 +222,10 @@ ZERO_GRADIENT = (ops.LessThan, ops.Constant, ops.Iota)
 
 def rule_for(op: ops.Op) -> Rule:
     """The VJP rule of `op`'s type (a lowered Contract has one: a graph compiled once
-    may be differentiated again)."""
+    may be differentiated again); a custom kernel's is its reference's `vjp` method,
+    where it has one (`luminal/custom.py`)."""
+    if isinstance(op, CustomKernel):
+        return getattr(op.reference, "vjp", _not_differentiable)
     return VJP_RULES.get(type(op), _not_differentiable)
 
 

@@ -15,6 +15,7 @@ from luminal.backends.cpu.runtime import CompiledGraph, Segment
 from luminal.backends.cpu.sgemm_epilogue import fuse_epilogues
 from luminal.backends.cpu.winograd import winograd_kernel
 from luminal.compiler.attention import fuse_attention
+from luminal.compiler.max_pool import fuse_max_pools
 from luminal.compiler.winograd import fuse_winograd
 from luminal.custom import CustomKernel
 from luminal.graph import Graph
@@ -63,13 +64,15 @@ def lower_kernels(
     """The static (mode="fast") kernel for every materialised node, rendered by
     `renderer`; `blas=False` lowers every contraction to loops (a backend without sgemm).
     Attention is fused first (`compiler/attention.py`), so its scores never get a buffer,
-    and Winograd convolutions (`compiler/winograd.py`), so their tiles stay in cache.
+    and Winograd convolutions (`compiler/winograd.py`), so their tiles stay in cache;
+    padded max pools then read their input unpadded (`compiler/max_pool.py`).
     `compile_early`: gcc starts on each kernel as it is rendered (`toolchain.compile_early`),
     except a kernel that reads a BLAS product: `assemble` may fuse it into the product's
     call (`sgemm_epilogue.py`), so it is left to the build."""
     fuse_attention(graph)
     if blas:  # lm_winograd multiplies in the BLAS build's register tile (gemm_tile.c)
         fuse_winograd(graph, winograd_weight_limit())
+    fuse_max_pools(graph)
     plan = plan_fusion(graph)
     materialised = set(plan.materialised) | set(plan.inputs)
     dims = dims_of(graph)
