@@ -39,6 +39,10 @@ if TYPE_CHECKING:
     from luminal.training.autograd import VJPContext
 
 
+# the kernel keeps one padded row on each thread's stack: wider rows keep their copy
+MAX_ROW = 1 << 14
+
+
 @dataclass(frozen=True)
 class PaddedMaxPool:
     """One 2-d max pool over (..., H, W) with zero padding: the numpy reference of the
@@ -95,9 +99,9 @@ class PaddedMaxPool:
         cols = _ties(windows, row_peaks.unsqueeze(-1))
         grad_windows = cols * (grad_rows / cols.sum(-1)).unsqueeze(-1)
         grad_read = view_adjoint(grad_windows, windows.view)
-        if windows._node_id == x._node_id:  # no padding: the windows read x itself
+        if windows.node_id == x.node_id:  # no padding: the windows read x itself
             return (grad_read,)
-        copy = windows.graph.nodes[windows._node_id]  # the padded copy
+        copy = windows.graph.nodes[windows.node_id]  # the padded copy
         return (view_adjoint(grad_read, copy.inputs[0].view),)
 
     def source(self, function: str) -> str:
@@ -173,7 +177,7 @@ def _padding(edge: Edge, source: Node) -> tuple[tuple[int, int], tuple[int, int]
         return None
     size, padded = known_ints(shape[lead:]), known_ints(view.shape[lead:])
     ranges = known_ints(tuple(e for pair in view.mask[lead:] for e in pair))
-    if size is None or padded is None or ranges is None:
+    if size is None or padded is None or ranges is None or padded[1] > MAX_ROW:
         return None
     top, bottom, left, right = ranges
     if bottom - top != size[0] or right - left != size[1] or min(top, left) < 0:

@@ -199,3 +199,17 @@ def test_a_fused_graph_runs_on_opencl(rng) -> None:
     cx.compile(lm.OpenCLCompiler())
     cx.execute()
     np.testing.assert_allclose(y.numpy(), _torch_pool(x, bias, case).numpy(), ATOL, RTOL)
+
+
+def test_rows_wider_than_the_kernels_buffer_keep_their_copy(rng) -> None:
+    """The kernel holds one padded row on the stack: a row past `MAX_ROW` floats stays
+    unfused (and equal to torch), one just inside fuses."""
+    for width, fused in ((fusion.MAX_ROW - 2, 1), (fusion.MAX_ROW - 1, 0)):
+        case = ((1, 2, 3, width), 3, 2, 1, 1, False)
+        x, bias = uniform(rng, case[0]), uniform(rng, (2, 1, 1))
+        cx = lm.Graph()
+        y = _pooled(cx, cx.tensor(case[0]).set(x), bias, case).retrieve()
+        cx.compile(lm.CPUCompiler())
+        assert _fused(cx) == fused
+        cx.execute()
+        np.testing.assert_allclose(y.numpy(), _torch_pool(x, bias, case).numpy(), ATOL, RTOL)
