@@ -2,8 +2,10 @@
 zero-padded copy, the window maxima and the ReLU of `max_pool` over a ReLU's output by
 one C kernel reading the unpadded input. Checked against torch's max_pool2d (ResNet's
 3x3 / 2, stride 1, 2x2 windows, dilation, ceil_mode's extra padding, a symbolic batch,
-NaN), through gradients of a compiled graph, the pools it leaves unfused, the reference
-runtime and `unfuse_max_pools`, and the OpenCL lowering of a fused graph."""
+NaN), through gradients of a compiled graph, the pools it leaves unfused (a copy the
+backward reads, padding that reads -inf, rows past the kernel's buffer), the reference
+runtime and `unfuse_max_pools`, the OpenCL lowering of a fused graph and the program
+cache."""
 
 from __future__ import annotations
 
@@ -213,3 +215,48 @@ def test_rows_wider_than_the_kernels_buffer_keep_their_copy(rng) -> None:
         assert _fused(cx) == fused
         cx.execute()
         np.testing.assert_allclose(y.numpy(), _torch_pool(x, bias, case).numpy(), ATOL, RTOL)
+
+
+CACHED = """
+import json, sys, numpy as np, torch, luminal as lm
+from luminal.compiler.max_pool import PaddedMaxPool
+from luminal.custom import CustomKernel
+x = np.random.default_rng(int(sys.argv[1])).uniform(-1, 1, (2, 4, 10, 9)).astype(np.float32)
+cx = lm.Graph()
+y = lm.nn.MaxPool2d(3, 2, 1)(cx.tensor(x.shape).set(x).relu()).retrieve()
+compiler = lm.CPUCompiler()
+cx.compile(compiler)
+cx.execute()
+expected = torch.nn.functional.max_pool2d(torch.relu(torch.from_numpy(x)), 3, 2, 1).numpy()
+fused = sum(
+    isinstance(n.op, CustomKernel) and isinstance(n.op.reference, PaddedMaxPool)
+    for n in cx.nodes.values()
+)
+error = float(np.abs(y.numpy() - expected).max())
+print(json.dumps({"hit": compiler.program_cache_hit, "fused": fused, "error": error}))
+"""
+
+
+def test_a_fused_program_is_loaded_by_a_second_process(tmp_path) -> None:
+    """The program cache pickles the lowered graph: a second process (another input)
+    loads the fused pool's node, reference and kernel, and still equals torch."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    environment = {**os.environ, "LUMINAL_CACHE_DIR": str(tmp_path), "LUMINAL_PROGRAM_CACHE": "1"}
+    runs = [
+        json.loads(
+            subprocess.run(
+                [sys.executable, "-c", CACHED, str(seed)],
+                env=environment,
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.splitlines()[-1]
+        )
+        for seed in (0, 1)
+    ]
+    assert [(r["hit"], r["fused"]) for r in runs] == [(False, 1), (True, 1)]
+    assert all(r["error"] < ATOL for r in runs)
