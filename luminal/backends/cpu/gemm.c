@@ -159,6 +159,27 @@ static inline void lm_copy_even(float* restrict d, const float* restrict s, int 
     for (int e = 0; e < count; e++) d[e] = s[2 * e];
 }
 
+/* d0[e] = s[2 e] and d1[e] = s[2 e + 1] for e < count (>= LM_VW): two K rows one element
+   apart (a stride-2 convolution's neighbouring kernel columns) from the same vector pairs,
+   half the loads of two lm_copy_even calls; the last pair ends at s[2 count - 1], which
+   d1's row reads anyway */
+static inline void lm_copy_even_odd(float* restrict d0, float* restrict d1,
+                                    const float* restrict s, int count)
+{
+    lm_ivec even, odd;
+    for (int e = 0; e < LM_VW; e++) {
+        even[e] = 2 * e;
+        odd[e] = 2 * e + 1;
+    }
+    for (int e = 0;; e += LM_VW) {
+        if (e + LM_VW > count) e = count - LM_VW;
+        const lm_vec low = lm_vload(s + 2 * e), high = lm_vload(s + 2 * e + LM_VW);
+        lm_vstore(d0 + e, __builtin_shuffle(low, high, even));
+        lm_vstore(d1 + e, __builtin_shuffle(low, high, odd));
+        if (e + LM_VW >= count) return;
+    }
+}
+
 /* d[e] = s[e] for e < count, inline: whole vectors, the last one ending at count (it may
    overlap the one before), halves and quarters of one for short runs (memcpy's call was
    most of a run's cost: a 56-column image row gives runs of 8 to 56) */
@@ -203,9 +224,20 @@ static void lm_pack_gather(const lm_in* in, long long n, long long j0, const lon
         x = end;
     }
     start[runs] = (int)cols;
+    int pairs = runs <= LM_NR / 8; /* every run at stride 2 and at least a vector long */
+    for (int r = 0; r < runs; r++)
+        pairs &= step[r] == 2 && start[r + 1] - start[r] >= LM_VW;
     for (long long p = 0; p < kc; p++) {
         const float* src = in->b + row[p];
         float* panel = out + p * LM_NR;
+        if (pairs && p + 1 < kc && row[p + 1] == row[p] + 1) {
+            for (int r = 0; r < runs; r++)
+                lm_copy_even_odd(panel + start[r], panel + LM_NR + start[r],
+                                 src + column[start[r]], start[r + 1] - start[r]);
+            for (long long x = cols; x < LM_NR; x++) panel[x] = panel[LM_NR + x] = 0.0f;
+            p++;
+            continue;
+        }
         if (runs <= LM_NR / 8) {
             for (int r = 0; r < runs; r++) {
                 const int count = start[r + 1] - start[r];
