@@ -5,6 +5,7 @@ LeNet, and the gradient graph compiled with the CPU backend."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -200,6 +201,46 @@ def test_function_is_not_differentiable_and_graph_survives():
     g.retrieve()
     cx.execute()
     np.testing.assert_allclose(g.numpy(), [2, 2, 2])
+
+
+@dataclass(frozen=True)
+class _Cube:
+    """x^3 in numpy, with its VJP (3 x^2 times the output's gradient) for autograd."""
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        return x**3
+
+    def vjp(self, ctx):  # noqa: ANN001, ANN201
+        x = ctx.input(0)
+        return (ctx.grad * x * x * 3.0,)
+
+
+CUBE_C = """
+void cube(float* out, const float* x, const long long* numel) {
+    for (long long i = 0; i < numel[0]; i++) out[i] = x[i] * x[i] * x[i];
+}
+"""
+
+
+def test_a_custom_kernel_whose_reference_has_a_vjp_is_differentiable(rng):
+    """`vjp` on a custom kernel's reference is its rule (`luminal/custom.py`): the
+    gradient through it equals torch's, compiled; without one the error names it."""
+    data = rng.uniform(-2, 2, (3, 5)).astype(np.float32)
+    cx = lm.Graph()
+    x = cx.tensor(data.shape).set(data)
+    y = lm.custom_kernel([x], CUBE_C, data.shape, reference=_Cube())
+    (g,) = cx.compile(lm.training.Autograd([x], (y * x).sum()))
+    g.retrieve()
+    cx.compile(lm.CPUCompiler())
+    cx.execute()
+    t = torch.from_numpy(data).requires_grad_()
+    (t**3 * t).sum().backward()
+    np.testing.assert_allclose(g.numpy(), t.grad.numpy(), rtol=1e-5, atol=1e-5)
+    plain = lm.Graph()
+    z = plain.tensor(data.shape).set(data)
+    w = lm.custom_kernel([z], CUBE_C, data.shape)
+    with pytest.raises(lm.LuminalError, match="cube.*not differentiable"):
+        plain.compile(lm.training.Autograd([z], w.sum()))
 
 
 def test_bad_arguments_raise():
