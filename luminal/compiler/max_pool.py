@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from luminal import ops
-from luminal.compiler.pattern import live_nodes, private, replace_pattern
+from luminal.compiler.pattern import live_nodes, private, relu_edge, replace_pattern
 from luminal.custom import CustomKernel
 from luminal.dtype import DType
 from luminal.graph import Edge, Graph, Node
@@ -219,32 +219,14 @@ def _windows(edge: Edge, padded: tuple[int, int], lead: int) -> tuple[tuple[int,
     return kernel, stride, dilation
 
 
-def _reads_whole(edge: Edge, source: Node) -> bool:
-    """The edge reads `source`'s buffer as it is (its layout; the view's history aside)."""
-    view, plain = edge.view, ShapeTracker.contiguous(tuple(source.shape))
-    layout = ("shape", "strides", "offset", "mask", "source_shape")
-    return all(getattr(view, f) == getattr(plain, f) for f in layout)
-
-
-def _relu_of(graph: Graph, node: Node, readers: dict[int, set[int]]) -> Node | None:
-    """The ReLU reading `node` when it is its only reader: a max over (x, 0), x with a
-    zero-padded pair axis appended (`hl/binary.maximum`)."""
+def _relu_reading(graph: Graph, node: Node, readers: dict[int, set[int]]) -> Node | None:
+    """The ReLU of `node` (`pattern.relu_edge`) when it is `node`'s only reader."""
     reading = readers.get(node.id, set())
     if len(reading) != 1:
         return None
     relu = graph.nodes[next(iter(reading))]
-    if not isinstance(relu.op, ops.MaxReduce) or relu.op.axis != len(node.shape):
-        return None
-    view = relu.inputs[0].view
-    rank = len(node.shape)
-    if view.shape[:rank] != tuple(node.shape) or view.shape[rank] != sym(2):
-        return None
-    if tuple(view.strides[:rank]) != contiguous_strides(tuple(node.shape)) or view.offset != sym(0):
-        return None
-    full = tuple((sym(0), d) for d in node.shape)
-    if view.mask != (*full, (sym(0), sym(1))):
-        return None
-    return relu
+    edge = relu_edge(relu)
+    return relu if edge is not None and edge.source == node.id else None
 
 
 def match_max_pool(graph: Graph, node: Node, readers: dict[int, set[int]]) -> Match | None:
@@ -271,9 +253,9 @@ def match_max_pool(graph: Graph, node: Node, readers: dict[int, set[int]]) -> Ma
     rows = graph.nodes[next(iter(reading))]
     if not isinstance(rows.op, ops.MaxReduce) or rows.op.axis != lead + 2:
         return None
-    if not _reads_whole(rows.inputs[0], node):
+    if not rows.inputs[0].view.is_identity():
         return None
-    relu = _relu_of(graph, rows, readers)
+    relu = _relu_reading(graph, rows, readers)
     size = known_ints(tuple(source.shape[-2:]))
     assert size is not None  # _padding checked it
     kernel, stride, dilation = windows

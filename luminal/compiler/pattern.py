@@ -7,6 +7,7 @@ from collections.abc import Iterator, Sequence
 
 from luminal import ops
 from luminal.graph import Edge, Graph, Node
+from luminal.shape.tracker import contiguous_strides
 
 
 def live_nodes(graph: Graph) -> Iterator[Node]:
@@ -50,3 +51,25 @@ def replace_pattern(
         graph.remove(node_id)
         readers.pop(node_id, None)
     return new
+
+
+def relu_edge(node: Node) -> Edge | None:
+    """The edge of x when `node` computes relu(x) as `hl/binary.maximum` builds it (a max
+    over the pair (x, 0): x's contiguous buffer with one zero padded on a new last axis),
+    else None."""
+    if not isinstance(node.op, ops.MaxReduce) or len(node.inputs) != 1:
+        return None
+    (edge,) = node.inputs
+    view, shape = edge.view, tuple(node.shape)
+    if node.op.axis != len(shape) or len(view.shape) != len(shape) + 1 or view.mask is None:
+        return None
+    if view.shape[-1].as_int() != 2 or view.strides[-1].as_int() != 0 or view.offset != 0:
+        return None
+    if tuple(view.strides[:-1]) != tuple(contiguous_strides(shape)):
+        return None
+    *outer, (lo, hi) = view.mask
+    if (lo.as_int(), hi.as_int()) != (0, 1):
+        return None
+    if any(a.as_int() != 0 or b != d for (a, b), d in zip(outer, shape, strict=True)):
+        return None
+    return edge

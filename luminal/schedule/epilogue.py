@@ -14,6 +14,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from luminal import ops
+from luminal.compiler.pattern import relu_edge
 from luminal.dtype import DType
 from luminal.errors import LuminalError
 from luminal.graph import Edge, Graph
@@ -113,20 +114,10 @@ def match_consumer(
         return None
     activation, scale = "none", 1.0
     if isinstance(node.op, ops.MaxReduce):  # relu: max over the pair (x, padding 0)
-        (edge,) = node.inputs
-        view = edge.view
-        if not (
-            node.op.axis == len(view.shape) - 1
-            and view.shape[-1] == 2
-            and view.strides[-1] == 0
-            and view.mask is not None
-            and tuple(_int(x) for x in view.mask[-1]) == (0, 1)
-            and all(_int(lo) == 0 for lo, _ in view.mask[:-1])
-        ):
+        edge = relu_edge(node)
+        if edge is None:
             return None
         activation, top = "relu", edge.source
-        if view.offset != 0 or tuple(view.strides[:-1]) != tuple(contiguous_strides(node.shape)):
-            return None
     elif not isinstance(node.op, ops.Add):  # an activation of the sum (product + terms)?
         (top,) = product_readers if len(product_readers) == 1 else (None,)
         if top is None or not isinstance(graph.nodes[top].op, ops.Add):
