@@ -16,6 +16,7 @@ import torch
 import luminal as lm
 from luminal.compiler import max_pool as fusion
 from luminal.custom import CustomKernel
+from tests.compiler.cached_runs import two_processes
 from tests.conftest import uniform
 
 ATOL, RTOL = 1e-5, 1e-5
@@ -37,9 +38,9 @@ def _fused(graph: lm.Graph) -> int:
     )
 
 
-def _torch_pool(x: np.ndarray, bias: np.ndarray, case: tuple) -> torch.Tensor:
+def _torch_pool(x: np.ndarray | torch.Tensor, bias: np.ndarray, case: tuple) -> torch.Tensor:
     _, kernel, stride, padding, dilation, ceil_mode = case
-    t = torch.relu(torch.from_numpy(x) + torch.from_numpy(bias))
+    t = torch.relu(torch.as_tensor(x) + torch.from_numpy(bias))
     return torch.nn.functional.max_pool2d(t, kernel, stride, padding, dilation, ceil_mode)
 
 
@@ -49,14 +50,21 @@ def _pooled(cx: lm.Graph, x: lm.GraphTensor, bias: np.ndarray, case: tuple) -> l
     return lm.nn.MaxPool2d(kernel, stride, padding, dilation, ceil_mode=ceil_mode)(shifted.relu())
 
 
-@pytest.mark.parametrize("case", CASES, ids=str)
-def test_fused_pool_matches_torch(rng, case) -> None:
+def _compiled(rng: np.random.Generator, case: tuple, fused: int = 1) -> tuple:
+    """(graph, output, x, bias) of `case`'s pool compiled for the CPU, which fused
+    `fused` pools."""
     shape = case[0]
     x, bias = uniform(rng, shape), uniform(rng, (shape[1], 1, 1))
     cx = lm.Graph()
     y = _pooled(cx, cx.tensor(shape).set(x), bias, case).retrieve()
     cx.compile(lm.CPUCompiler())
-    assert _fused(cx) == 1
+    assert _fused(cx) == fused
+    return cx, y, x, bias
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_fused_pool_matches_torch(rng, case) -> None:
+    cx, y, x, bias = _compiled(rng, case)
     cx.execute()
     np.testing.assert_allclose(y.numpy(), _torch_pool(x, bias, case).numpy(), ATOL, RTOL)
 
@@ -106,7 +114,7 @@ def test_gradients_through_a_fused_pool_match_torch(rng) -> None:
     x, bias = uniform(rng, shape), uniform(rng, (shape[1], 1, 1))
     weights = uniform(rng, (shape[0], shape[1], 8, 8))
     tx = torch.from_numpy(x).requires_grad_()
-    out = _torch_pool_of(tx, bias, CASES[0])
+    out = _torch_pool(tx, bias, CASES[0])
     (expected,) = torch.autograd.grad((out * torch.from_numpy(weights)).sum(), [tx])
     grad = _gradient(x, bias, weights, fuse=True)
     np.testing.assert_allclose(grad, expected.numpy(), rtol=1e-5, atol=1e-5)
@@ -124,7 +132,7 @@ def test_tied_maxima_share_the_gradient_as_unfused(rng) -> None:
     unfused = _gradient(x, bias, weights, fuse=False)
     np.testing.assert_allclose(fused, unfused, rtol=1e-6, atol=1e-6)
     tx = torch.from_numpy(x).requires_grad_()
-    out = _torch_pool_of(tx, bias, CASES[0])
+    out = _torch_pool(tx, bias, CASES[0])
     (first_index,) = torch.autograd.grad((out * torch.from_numpy(weights)).sum(), [tx])
     assert not np.allclose(fused, first_index.numpy(), atol=1e-3)  # ties were split
 
@@ -144,14 +152,8 @@ def test_a_pool_whose_padded_copy_the_gradient_reads_stays_unfused(rng) -> None:
     assert _fused(cx) == 0
     cx.execute()
     tx = torch.from_numpy(x).requires_grad_()
-    (expected,) = torch.autograd.grad(_torch_pool_of(tx, bias, case).sum(), [tx])
+    (expected,) = torch.autograd.grad(_torch_pool(tx, bias, case).sum(), [tx])
     np.testing.assert_allclose(grad.numpy(), expected.numpy(), rtol=1e-5, atol=1e-5)
-
-
-def _torch_pool_of(tx: torch.Tensor, bias: np.ndarray, case: tuple) -> torch.Tensor:
-    _, kernel, stride, padding, dilation, ceil_mode = case
-    t = torch.relu(tx + torch.from_numpy(bias))
-    return torch.nn.functional.max_pool2d(t, kernel, stride, padding, dilation, ceil_mode)
 
 
 def test_a_pool_without_relu_keeps_its_copy(rng) -> None:
@@ -173,12 +175,7 @@ def test_the_reference_runtime_and_unfuse_keep_the_semantics(rng, case) -> None:
     again after `unfuse_max_pools` gives back the copy and the maxima, equals torch."""
     from luminal.reference.executor import execute
 
-    shape = case[0]
-    x, bias = uniform(rng, shape), uniform(rng, (shape[1], 1, 1))
-    cx = lm.Graph()
-    y = _pooled(cx, cx.tensor(shape).set(x), bias, case).retrieve()
-    cx.compile(lm.CPUCompiler())
-    assert _fused(cx) == 1
+    cx, y, x, bias = _compiled(rng, case)
     expected = _torch_pool(x, bias, case).numpy()
     cx.compiled = None
     execute(cx)
@@ -192,12 +189,7 @@ def test_a_fused_graph_runs_on_opencl(rng) -> None:
     """The GPU lowering has no C kernels: it unfuses first, so a graph the CPU compiler
     fused compiles for OpenCL (PoCL here) and still equals torch."""
     case = CASES[1]
-    shape = case[0]
-    x, bias = uniform(rng, shape), uniform(rng, (shape[1], 1, 1))
-    cx = lm.Graph()
-    y = _pooled(cx, cx.tensor(shape).set(x), bias, case).retrieve()
-    cx.compile(lm.CPUCompiler())
-    assert _fused(cx) == 1
+    cx, y, x, bias = _compiled(rng, case)
     cx.compile(lm.OpenCLCompiler())
     cx.execute()
     np.testing.assert_allclose(y.numpy(), _torch_pool(x, bias, case).numpy(), ATOL, RTOL)
@@ -208,11 +200,7 @@ def test_rows_wider_than_the_kernels_buffer_keep_their_copy(rng) -> None:
     unfused (and equal to torch), one just inside fuses."""
     for width, fused in ((fusion.MAX_ROW - 2, 1), (fusion.MAX_ROW - 1, 0)):
         case = ((1, 2, 3, width), 3, 2, 1, 1, False)
-        x, bias = uniform(rng, case[0]), uniform(rng, (2, 1, 1))
-        cx = lm.Graph()
-        y = _pooled(cx, cx.tensor(case[0]).set(x), bias, case).retrieve()
-        cx.compile(lm.CPUCompiler())
-        assert _fused(cx) == fused
+        cx, y, x, bias = _compiled(rng, case, fused)
         cx.execute()
         np.testing.assert_allclose(y.numpy(), _torch_pool(x, bias, case).numpy(), ATOL, RTOL)
 
@@ -240,23 +228,6 @@ print(json.dumps({"hit": compiler.program_cache_hit, "fused": fused, "error": er
 def test_a_fused_program_is_loaded_by_a_second_process(tmp_path) -> None:
     """The program cache pickles the lowered graph: a second process (another input)
     loads the fused pool's node, reference and kernel, and still equals torch."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    environment = {**os.environ, "LUMINAL_CACHE_DIR": str(tmp_path), "LUMINAL_PROGRAM_CACHE": "1"}
-    runs = [
-        json.loads(
-            subprocess.run(
-                [sys.executable, "-c", CACHED, str(seed)],
-                env=environment,
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout.splitlines()[-1]
-        )
-        for seed in (0, 1)
-    ]
+    runs = two_processes(CACHED, tmp_path)
     assert [(r["hit"], r["fused"]) for r in runs] == [(False, 1), (True, 1)]
     assert all(r["error"] < ATOL for r in runs)

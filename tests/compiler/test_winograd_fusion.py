@@ -19,6 +19,7 @@ from luminal import ops
 from luminal.backends.cpu import cpu_caches
 from luminal.compiler import winograd as fusion
 from luminal.nn.winograd import F2, F4
+from tests.compiler.cached_runs import two_processes
 from tests.conftest import uniform
 
 CONV_MODULE = importlib.import_module("luminal.nn.conv")  # luminal.nn.conv is the function
@@ -313,24 +314,7 @@ print(json.dumps({"hit": compiler.program_cache_hit, "fused": fused, "error": er
 def test_a_fused_program_is_loaded_by_a_second_process(tmp_path) -> None:
     """The program cache pickles the lowered graph: a second process (other weights and
     input) loads the WinogradConv node and its epilogue kernel and still equals torch."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    environment = {**os.environ, "LUMINAL_CACHE_DIR": str(tmp_path), "LUMINAL_PROGRAM_CACHE": "1"}
-    runs = [
-        json.loads(
-            subprocess.run(
-                [sys.executable, "-c", CACHED, str(seed)],
-                env=environment,
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout.splitlines()[-1]
-        )
-        for seed in (0, 1)
-    ]
+    runs = two_processes(CACHED, tmp_path)
     assert [(r["hit"], r["fused"]) for r in runs] == [(False, 1), (True, 1)]
     assert all(r["error"] < ATOL for r in runs)
 
