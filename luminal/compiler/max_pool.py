@@ -31,7 +31,7 @@ from luminal.compiler.pattern import live_nodes, private, relu_edge, replace_pat
 from luminal.custom import CustomKernel
 from luminal.dtype import DType
 from luminal.graph import Edge, Graph, Node
-from luminal.shape.expr import Expr, known_ints, sym
+from luminal.shape.expr import known_ints, sym
 from luminal.shape.tracker import ShapeTracker, contiguous_strides
 
 if TYPE_CHECKING:
@@ -77,18 +77,24 @@ class PaddedMaxPool:
                 out = np.maximum(out, padded[..., rows, cols])  # NaN propagates
         return np.maximum(out, 0.0) if self.relu else out
 
+    def windows(self, x: GraphTensor) -> GraphTensor:
+        """x's windows (..., OH, OW, KH, KW) over its zero-padded copy, as `max_pool`
+        builds them (`nn/conv.sliding_windows`)."""
+        from luminal.nn.conv import sliding_windows
+
+        (h, w), (ph, pw), (top, left) = self.size, self.padded, self.pads
+        pads = [(top, ph - top - h), (left, pw - left - w)]
+        return sliding_windows(x, self.kernel, self.stride, self.dilation, pads)
+
     def vjp(self, ctx: VJPContext) -> tuple[GraphTensor | None]:
         """The gradient the replaced nodes' own rules give (`training/autograd.py`: each
         max shares its gradient among tied maxima, a ReLU at 0 half), so a graph compiled
         once differentiates as it did unfused: the windows are rebuilt from the input and
         the gradient goes back through their views."""
-        from luminal.nn.conv import sliding_windows
         from luminal.training.autograd_views import view_adjoint
 
         x = ctx.input(0)
-        (h, w), (ph, pw), (top, left) = self.size, self.padded, self.pads
-        pads = [(top, ph - top - h), (left, pw - left - w)]
-        windows = sliding_windows(x, self.kernel, self.stride, self.dilation, pads)
+        windows = self.windows(x)
         row_peaks = windows.max(-1)
         peaks = row_peaks.max(-1)
         grad = ctx.grad
@@ -287,64 +293,19 @@ def fuse_max_pools(graph: Graph) -> int:
 
 
 def unfuse_max_pools(graph: Graph) -> int:
-    """Replace every fused pool by the nodes it stands for (for a lowering without its C
-    kernel, such as the GPU's); returns how many."""
+    """Replace every fused pool by the nodes it stands for, built as `max_pool` builds them
+    (for a lowering without its C kernel, such as the GPU's); returns how many."""
+    from luminal.tensor import GraphTensor
+
     count = 0
     for node in [n for n in graph.nodes.values() if isinstance(n.op, CustomKernel)]:
         pool = node.op.reference
         if not isinstance(pool, PaddedMaxPool):
             continue
-        (source,) = node.inputs
-        lead_shape = tuple(node.shape[:-2])
-        lead = len(lead_shape)
-        (h, w), (ph, pw), (top, left) = pool.size, pool.padded, pool.pads
-        padded_shape = (*lead_shape, sym(ph), sym(pw))
-        mask = (
-            *((sym(0), d) for d in lead_shape),
-            (sym(top), sym(top + h)),
-            (sym(left), sym(left + w)),
-        )
-        source_shape = (*lead_shape, sym(h), sym(w))
-        pad_view = ShapeTracker(
-            padded_shape,
-            contiguous_strides(source_shape),
-            sym(-(top * w + left)),
-            mask,
-            source_shape,
-        )
-        copy = graph.insert(
-            ops.Contiguous(),
-            (Edge(source.source, source.output, pad_view),),
-            padded_shape,
-            DType.float32,
-        )
-        (oh, ow), (kh, kw), (sh, sw), (dh, dw) = pool.out, pool.kernel, pool.stride, pool.dilation
-        outer = contiguous_strides(padded_shape)
-        window_shape: tuple[Expr, ...] = (*lead_shape, *(sym(v) for v in (oh, ow, kh, kw)))
-        window_strides = (*outer[:lead], *(sym(v) for v in (sh * pw, sw, dh * pw, dw)))
-        windows = ShapeTracker(window_shape, window_strides, sym(0), None, padded_shape)
-        cols = graph.insert(
-            ops.MaxReduce(lead + 3), (Edge(copy, 0, windows),), window_shape[:-1], DType.float32
-        )
-        rows = graph.insert(
-            ops.MaxReduce(lead + 2),
-            (Edge(cols, 0, ShapeTracker.contiguous(window_shape[:-1])),),
-            window_shape[:-2],
-            DType.float32,
-        )
-        out = rows
-        if pool.relu:
-            shape = window_shape[:-2]
-            pair = ShapeTracker(
-                (*shape, sym(2)),
-                (*contiguous_strides(shape), sym(0)),
-                sym(0),
-                (*((sym(0), d) for d in shape), (sym(0), sym(1))),
-                shape,
-            )
-            out = graph.insert(
-                ops.MaxReduce(lead + 2), (Edge(rows, 0, pair),), shape, DType.float32
-            )
-        graph.replace(node.id, out)
+        (edge,) = node.inputs
+        x = GraphTensor(graph, edge.source, edge.view, graph.nodes[edge.source].dtype)
+        out = pool.windows(x).max(-1).max(-1)
+        out = out.relu() if pool.relu else out
+        graph.replace(node.id, out.node_id, out.view)
         count += 1
     return count
