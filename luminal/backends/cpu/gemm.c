@@ -345,7 +345,7 @@ static void lm_row_panel(const float* a, long long lda, const float* ap, long lo
         const float* b = direct ? direct[jp - first] : 0;
         lm_gemm_tile(kc, panel, direct_a ? lda : 0, b ? b : b_block + (jp - first) * LM_NR * kc,
                      b ? rows_at : 0, out, ip * LM_MR, jp * LM_NR, (int)rows, (int)cols, add,
-                     finish);
+                     finish, 0);
     }
 }
 

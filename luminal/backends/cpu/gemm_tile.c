@@ -163,7 +163,8 @@ static inline __attribute__((always_inline)) void lm_finish_row(const lm_out* ou
 static inline __attribute__((always_inline)) void lm_tile_body(
     long long kc, const float* restrict ap, long long a_step, long long a_ld,
     const float* restrict bp, const long long* restrict rows_at, const lm_out* out, long long i,
-    long long j, int rows, int cols, int add, int finish, int nv, int mr)
+    long long j, int rows, int cols, int add, int finish, int nv, int mr,
+    const float* restrict next)
 {
     const int width = nv * LM_VW;
     const int full = rows == LM_MR && cols == width && j % out->width + width <= out->width;
@@ -190,6 +191,8 @@ static inline __attribute__((always_inline)) void lm_tile_body(
     for (int r = 0; r < mr; r++)
         for (int v = 0; v < nv; v++) acc[r][v] = (lm_vec){0};
     for (long long p = 0; p < kc; p++) {
+        if (next && p % 16 == 0) /* a line of each row of the next A panel, into L2 */
+            for (int r = 0; r < LM_MR; r++) __builtin_prefetch(next + r * a_ld + p, 0, 2);
         const float* row = bp + (rows_at ? rows_at[p] : p * LM_NR);
         lm_vec b[LM_NV];
         for (int v = 0; v < nv; v++) b[v] = lm_vload(row + v * LM_VW);
@@ -234,11 +237,14 @@ static inline __attribute__((always_inline)) void lm_tile_body(
    applied as the tile is stored. The A panel is packed (kc x MR, `a_ld` 0) or A's rows read where they
    lie, `a_ld` apart (element (p, r) at ap[r * a_ld + p]): a broadcast reads one float
    either way, and packing A cost more than it saved (1 thread, 4096 x 384 x 1536:
-   23.2-23.7 -> 20.4-20.8 ms read in place). */
+   23.2-23.7 -> 20.4-20.8 ms read in place). With A in place, `next` (or null) is the A
+   panel (rows a_ld apart) the caller multiplies next: a line of each of its rows is asked
+   for, into L2, every 16 K steps, so that weights that come from memory or L3 (8 streams
+   the prefetchers follow late) are there when its tile starts. */
 static void lm_gemm_tile(long long kc, const float* restrict ap, long long a_ld,
                          const float* restrict bp, const long long* restrict rows_at,
                          const lm_out* out, long long i, long long j, int rows, int cols, int add,
-                         int finish)
+                         int finish, const float* next)
 {
     /* the last columns of a product whose n is not a multiple of NR in fewer vectors:
        n = 128 (a Winograd product of 8 images' 7 x 7 tiles) multiplies 128 of 144
@@ -248,19 +254,19 @@ static void lm_gemm_tile(long long kc, const float* restrict ap, long long a_ld,
        product's rows are its channels and one more (a zero row against cache-set
        conflicts), 36 products 65 x 1568 x 64 of distinct operands 3.41 -> 3.20 ms */
     if (!a_ld && nv == LM_NV && rows == 1)
-        lm_tile_body(kc, ap, LM_MR, 1, bp, rows_at, out, i, j, rows, cols, add, finish, LM_NV, 1);
+        lm_tile_body(kc, ap, LM_MR, 1, bp, rows_at, out, i, j, rows, cols, add, finish, LM_NV, 1, 0);
     else if (LM_MR > 4 && !a_ld && nv == LM_NV && rows <= 4)
-        lm_tile_body(kc, ap, LM_MR, 1, bp, rows_at, out, i, j, rows, cols, add, finish, LM_NV, 4);
+        lm_tile_body(kc, ap, LM_MR, 1, bp, rows_at, out, i, j, rows, cols, add, finish, LM_NV, 4, 0);
     else if (a_ld && nv == LM_NV)
-        lm_tile_body(kc, ap, 1, a_ld, bp, rows_at, out, i, j, rows, cols, add, finish, LM_NV, LM_MR);
+        lm_tile_body(kc, ap, 1, a_ld, bp, rows_at, out, i, j, rows, cols, add, finish, LM_NV, LM_MR, next);
     else if (nv == LM_NV)
-        lm_tile_body(kc, ap, LM_MR, 1, bp, rows_at, out, i, j, rows, cols, add, finish, LM_NV, LM_MR);
+        lm_tile_body(kc, ap, LM_MR, 1, bp, rows_at, out, i, j, rows, cols, add, finish, LM_NV, LM_MR, 0);
     else if (LM_NV > 2 && a_ld && nv == 2)
-        lm_tile_body(kc, ap, 1, a_ld, bp, rows_at, out, i, j, rows, cols, add, finish, 2, LM_MR);
+        lm_tile_body(kc, ap, 1, a_ld, bp, rows_at, out, i, j, rows, cols, add, finish, 2, LM_MR, next);
     else if (LM_NV > 2 && nv == 2)
-        lm_tile_body(kc, ap, LM_MR, 1, bp, rows_at, out, i, j, rows, cols, add, finish, 2, LM_MR);
+        lm_tile_body(kc, ap, LM_MR, 1, bp, rows_at, out, i, j, rows, cols, add, finish, 2, LM_MR, 0);
     else if (a_ld)
-        lm_tile_body(kc, ap, 1, a_ld, bp, rows_at, out, i, j, rows, cols, add, finish, 1, LM_MR);
+        lm_tile_body(kc, ap, 1, a_ld, bp, rows_at, out, i, j, rows, cols, add, finish, 1, LM_MR, next);
     else
-        lm_tile_body(kc, ap, LM_MR, 1, bp, rows_at, out, i, j, rows, cols, add, finish, 1, LM_MR);
+        lm_tile_body(kc, ap, LM_MR, 1, bp, rows_at, out, i, j, rows, cols, add, finish, 1, LM_MR, 0);
 }

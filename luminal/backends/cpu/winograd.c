@@ -40,6 +40,16 @@
    in chunks of 64, 3.06-3.33 -> 2.93-3.20 in chunks of 128 rather than 64; 64 and 128
    channels by F(4x4) unchanged) */
 #define LM_WG_M_BYTES (448LL << 10)
+/* transformed weights larger than this (a core's L2 here) are multiplied with the next
+   row panel of U asked for, into L2, while a panel multiplies (lm_gemm_tile's `next`):
+   every block reads all of U again, from L3 or memory, in 8 row streams that the
+   prefetchers pick up late. ResNet-18 at batch 8, 2 threads, whole model, processes
+   alternated, minima: 40.4-42.6 -> 37.1-39.4 ms on a quiet machine, 47.3-49.1 -> 43.9-46.1
+   while another tenant shares the L3 (stages 2-4's U: 2.4, 9.4 and 16.8 MB); a 4 MiB
+   limit (stages 3-4 only) 0.5 ms slower contended; alone, 28x28x128 3 % slower, 7x7x512
+   by F(2x2) 5-8 % faster. Asking for A's next panel in gemm.c's products too (their
+   weights, 0.3-4.7 MB) was 0.3-1 ms slower on the model. */
+#define LM_WG_STREAM_U_BYTES (1LL << 20)
 
 /* one segment: `count` tiles side by side in one row of tiles, lane l at column
    tile * l of the rows that start at `row` (rows `x_h` apart) */
@@ -440,6 +450,10 @@ long long lm_winograd_ep(long long tile, long long images, long long rows, long 
                 packed[(q * channels + c) * LM_MR + r] =
                     u[q * u_q + (full_panels * LM_MR + r) * u_k + c];
     const int parts = lm_wg_parts(blocks, threads, full_panels + (last_rows != 0));
+    /* U larger than a core's L2 (LM_WG_STREAM_U_BYTES) comes from L3 or memory: each row
+       panel's tile asks for the next panel's rows as it multiplies */
+    const int stream_u = (long long)q_count * outs * channels * (long long)sizeof(float) >
+                         LM_WG_STREAM_U_BYTES;
     const long long items = blocks * parts;
     #pragma omp parallel num_threads(threads) if (threads > 1 && items > 1)
     {
@@ -526,13 +540,21 @@ long long lm_winograd_ep(long long tile, long long images, long long rows, long 
                 for (int q = 0; q < q_count; q++) {
                     const lm_out out = {m + q * m_q, LM_NR, LM_NR, 0, 0};
                     const float* uq = u + q * u_q;
-                    for (long long ip = c0; ip < c1 && ip < full_panels; ip++)
+                    const long long in_place = c1 < full_panels ? c1 : full_panels;
+                    for (long long ip = c0; ip < in_place; ip++) {
+                        /* the panel multiplied next: this position's next, or the next
+                           position's first */
+                        const float* next = ip + 1 < in_place ? uq + (ip + 1) * LM_MR * u_k
+                                            : q + 1 < q_count ? uq + u_q + c0 * LM_MR * u_k
+                                                              : 0;
                         lm_gemm_tile(channels, uq + ip * LM_MR * u_k, u_k, v + q * v_q, rows_at,
-                                     &out, (ip - c0) * LM_MR, 0, LM_MR, width, 0, 0);
+                                     &out, (ip - c0) * LM_MR, 0, LM_MR, width, 0, 0,
+                                     stream_u ? next : 0);
+                    }
                     if (last_rows && c1 == panels)
                         lm_gemm_tile(channels, packed + q * channels * LM_MR, 0, v + q * v_q,
                                      rows_at, &out, (full_panels - c0) * LM_MR, 0,
-                                     (int)last_rows, width, 0, 0);
+                                     (int)last_rows, width, 0, 0, 0);
                 }
                 for (int s = 0; group > 1 && s < segments; s += group) {
                     const int valid = segments - s < group ? segments - s : group;
