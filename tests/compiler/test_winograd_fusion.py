@@ -33,6 +33,10 @@ CASES = [  # (input shape, out channels, padding, transforms)
     ((1, 3, 40, 90), 4, 1, F4),  # a row of 23 tiles: two segments of lanes
     ((2, 8, 28, 26), 12, 1, F4),  # rows of 7 tiles, two a vector, blocks end mid-row
     ((3, 8, 10, 9), 8, 1, F2),  # rows of 5 tiles, two a vector, blocks end mid-row
+    # U of 2.6 MB, past a core's L2: each row panel asks for the next (winograd.c's
+    # LM_WG_STREAM_U_BYTES), across chunks of 64 channels and positions; 140 rows: a last
+    # partial panel, packed
+    ((2, 128, 8, 8), 140, 1, F4),
 ]
 
 
