@@ -27,7 +27,7 @@ from luminal import ops
 from luminal.compiler.pattern import live_nodes, private, replace_pattern
 from luminal.dtype import DType
 from luminal.graph import Edge, Graph, Node
-from luminal.nn.winograd import F2, F4
+from luminal.nn.winograd import F2, F4, SMALL_MAP_F4_TILES
 from luminal.schedule.constant_matrix import constant_value
 from luminal.shape.expr import known_ints, sym
 from luminal.shape.tracker import ShapeTracker
@@ -41,7 +41,9 @@ TRANSFORMS = {4: F4, 2: F2}
 # 1.5-2.0 / 3.0; with a 32 MiB L3, 14x14x256 (9.4 MB) 1.9-2.0 / 2.1-2.3 and 7x7x512 with
 # F(2x2) (16.8 MB) 2.7-2.8 / 2.8-2.9 on a quiet machine, and 1.9-2.2 / 2.7 and 2.7 / 3.4
 # when other tenants share the L3 (docs/cpu-backend.md); past it U streams from memory
-# once per block: 14x14x512 (37.7 MB) at batch 4 7.2 against 6.3 ms
+# once per block: 14x14x512 (37.7 MB) at batch 4 7.2 against 6.3 ms. A convolution of at
+# most one block of tiles (nn/winograd.py's SMALL_MAP_F4_TILES: 7x7x512 by F(4x4) at batch
+# 8, U 37.7 MB) reads U once whatever its size, and is fused past the limit.
 MAX_WEIGHT_BYTES = 4 << 20
 
 
@@ -217,12 +219,15 @@ def _equal(data: np.ndarray, expected: np.ndarray) -> bool:
 def _fusable(
     graph: Graph, match: Match, readers: dict[int, set[int]], max_weight_bytes: int
 ) -> bool:
-    """The removed nodes are read only inside the pattern, U is at most `max_weight_bytes`,
-    and the windows and U are read the way the CPU kernel reads them (`winograd_kernel`)."""
+    """The removed nodes are read only inside the pattern, U is at most `max_weight_bytes`
+    or read once (its tiles one block of the kernel's), and the windows and U are read
+    the way the CPU kernel reads them (`winograd_kernel`)."""
     if not private(graph, readers, match.replaced):
         return False
     s = match.sizes
-    return s.positions * s.outs * s.channels * 4 <= max_weight_bytes and (
+    # U read once (one block of tiles, SMALL_MAP_F4_TILES's top) or staying in the cache
+    read_once = s.tiles <= SMALL_MAP_F4_TILES[1]
+    return (read_once or s.positions * s.outs * s.channels * 4 <= max_weight_bytes) and (
         windows_layout(match.edges[0].view, s) is not None
         and weights_layout(match.edges[1].view) is not None
     )
@@ -276,7 +281,8 @@ def weights_layout(view: ShapeTracker) -> tuple[int, int, int] | None:
 
 def fuse_winograd(graph: Graph, max_weight_bytes: int = MAX_WEIGHT_BYTES) -> int:
     """Replace every fusable Winograd convolution of `graph` whose transformed weights are
-    at most `max_weight_bytes` by an `ops.WinogradConv` node; returns how many."""
+    at most `max_weight_bytes` (or read once: `_fusable`) by an `ops.WinogradConv` node;
+    returns how many."""
     readers = graph.readers()
     fused = 0
     for node in live_nodes(graph):

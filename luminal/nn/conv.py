@@ -230,11 +230,11 @@ def _winograd_transforms(
         int(s.as_int()) + before + after - 2  # type: ignore[operator]
         for s, (before, after) in zip(spatial, pads, strict=True)
     ]
+    batch = x.view.shape[0].as_int() if x.ndim == len(kernel) + 2 else 1
     if algorithm == "winograd":
-        return pick(sizes)
+        return pick(sizes, batch)
     channels = int(x.view.shape[x.ndim - 3].as_int())  # type: ignore[arg-type]
     out_channels = int(weight.view.shape[0].as_int())  # type: ignore[arg-type]
-    batch = x.view.shape[0].as_int() if x.ndim == len(kernel) + 2 else 1
     return worthwhile(channels, out_channels, sizes, batch)
 
 

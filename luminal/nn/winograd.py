@@ -112,6 +112,15 @@ MIN_TILES = 16
 # im2col's 2.8, at batch 4 4.3 against 5.0; 14x14x256 at batch 2 2.3 / 2.2; 28x28x128
 # at batch 1, 49 tiles, 0.76 / 1.06)
 MIN_BATCH_TILES = 48
+# F(4x4) also on maps where an image has fewer than MIN_TILES of its tiles, when its tiles
+# cover no more of the map than F(2x2)'s (7x7: both 8x8) and the batch holds from
+# SMALL_MAP_F4_TILES[0] to SMALL_MAP_F4_TILES[1] of them: half F(2x2)'s multiplications in
+# products 4x narrower, and up to 48 tiles (one block of the CPU kernel's AVX-512 register
+# tile, which the CPU compiler then fuses whatever the size of the transformed weights:
+# they are read once, compiler/winograd.py). ResNet-18's 7x7x512 at batch 8 (32 tiles),
+# fused, caches cold, 2 threads: 2.04 against F(2x2)'s 2.48 ms; batch 4 1.69 / 1.82,
+# batch 2 (8 tiles) 1.71 / 0.99; the whole ONNX ResNet-18 at batch 8 1.4-1.9 ms faster
+SMALL_MAP_F4_TILES = (16, 48)
 
 
 def applicable(
@@ -146,10 +155,19 @@ def tiles_per_image(transforms: Transforms, out_sizes: Sequence[int]) -> int:
     return math.prod(-(-o // transforms.tile) for o in out_sizes)
 
 
-def pick(out_sizes: Sequence[int]) -> Transforms:
+def pick(out_sizes: Sequence[int], batch: int | None = None) -> Transforms:
     """F(4x4) where an image has MIN_TILES of its tiles, else F(2x2): its 4x smaller tiles
-    keep the products wide enough on small maps (ResNet-18's 7x7: 16 tiles, not 4)."""
-    return F4 if tiles_per_image(F4, out_sizes) >= MIN_TILES else F2
+    keep the products wide enough on small maps (ResNet-18's 7x7: 16 tiles, not 4) --
+    unless the batch (when its size is known) holds enough F(4x4) tiles for them, covering
+    no more of the map (SMALL_MAP_F4_TILES)."""
+    per_image = tiles_per_image(F4, out_sizes)
+    if per_image >= MIN_TILES:
+        return F4
+    low, high = SMALL_MAP_F4_TILES
+    same_cover = all(-(-o // 4) * 4 == -(-o // 2) * 2 for o in out_sizes)
+    if batch is not None and same_cover and low <= batch * per_image <= high:
+        return F4
+    return F2
 
 
 def worthwhile(
@@ -159,13 +177,13 @@ def worthwhile(
     channels for the products to outweigh the transforms' memory traffic, and enough
     tiles per image and in the whole batch (when its size is known) for those products
     to fill sgemm's blocks."""
-    transforms = pick(out_sizes)
     if min(in_channels, out_channels) < MIN_CHANNELS:
         return None
-    tiles = tiles_per_image(transforms, out_sizes)
-    if batch is not None and batch * tiles < MIN_BATCH_TILES:
+    small = pick(out_sizes)  # the rule without the batch: F(2x2) on small maps
+    tiles = tiles_per_image(small, out_sizes)
+    if (batch is not None and batch * tiles < MIN_BATCH_TILES) or tiles < MIN_TILES:
         return None
-    return transforms if tiles >= MIN_TILES else None
+    return pick(out_sizes, batch)
 
 
 def _weight_transform(graph: Graph, transforms: Transforms) -> GraphTensor:

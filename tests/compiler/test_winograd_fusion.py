@@ -54,7 +54,7 @@ def test_output_channels_in_chunks_match_torch(rng, monkeypatch, shape, tile, co
     from ..backends.gemm_calls import thread_setter
 
     transforms = {4: F4, 2: F2}[tile]
-    monkeypatch.setattr(CONV_MODULE, "pick", lambda sizes: transforms)
+    monkeypatch.setattr(CONV_MODULE, "pick", lambda sizes, batch=None: transforms)
     setter = thread_setter()
     next(setter)(count)
     try:
@@ -90,7 +90,7 @@ def _layer(rng, shape, outs, padding):  # noqa: ANN001, ANN202
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}->{c[1]},p{c[2]},F{c[3].tile}")
 def test_fused_convolution_matches_torch(rng, monkeypatch, case) -> None:
     shape, outs, padding, transforms = case
-    monkeypatch.setattr(CONV_MODULE, "pick", lambda sizes: transforms)
+    monkeypatch.setattr(CONV_MODULE, "pick", lambda sizes, batch=None: transforms)
     cx, layer, reference, x = _layer(rng, shape, outs, padding)
     y = layer(cx.tensor(shape).set(x)).relu().retrieve()
     cx.compile(lm.CPUCompiler())
@@ -114,17 +114,28 @@ def last_level_cache(monkeypatch):  # noqa: ANN001, ANN201
     cpu_caches.winograd_weight_limit.cache_clear()
 
 
-@pytest.mark.parametrize(("cache", "fused"), [(None, 0), (8 << 20, 0), (32 << 20, 1)])
+@pytest.mark.parametrize(
+    ("shape", "cache", "fused"),
+    [
+        ((4, 256, 16, 16), None, 0),
+        ((4, 256, 16, 16), 8 << 20, 0),
+        ((4, 256, 16, 16), 32 << 20, 1),
+        ((1, 256, 8, 8), None, 1),  # 4 tiles: U is read once
+        ((12, 256, 8, 8), 8 << 20, 1),  # 48 tiles: one block
+        ((13, 256, 8, 8), 8 << 20, 0),  # 52 tiles: two blocks read U twice
+    ],
+    ids=str,
+)
 def test_transformed_weights_past_half_the_cache_stay_unfused(
-    rng, monkeypatch, last_level_cache, cache, fused
+    rng, monkeypatch, last_level_cache, shape, cache, fused
 ) -> None:
     """U of 36 x 256 x 256 floats (9.4 MB) is fused where half the last-level cache holds
-    it (32 MiB), else the window copy, the constant-matrix transforms and the products stay
-    separate kernels (8 MiB, or a cache of unknown size: MAX_WEIGHT_BYTES, 4 MiB); both
+    it (32 MiB) or where the convolution's tiles are one block of the kernel's (48), which
+    reads U once; else the window copy, the constant-matrix transforms and the products
+    stay separate kernels (8 MiB, or a cache of unknown size: MAX_WEIGHT_BYTES, 4 MiB); all
     equal torch."""
     last_level_cache(cache)
-    monkeypatch.setattr(CONV_MODULE, "pick", lambda sizes: F4)
-    shape = (1, 256, 8, 8)
+    monkeypatch.setattr(CONV_MODULE, "pick", lambda sizes, batch=None: F4)
     assert fusion.MAX_WEIGHT_BYTES < 36 * 256 * 256 * 4
     cx, layer, reference, x = _layer(rng, shape, 256, 1)
     y = layer(cx.tensor(shape).set(x)).retrieve()
@@ -194,7 +205,7 @@ def test_the_declaration_matches_winograd_c() -> None:
 def test_bias_residual_and_relu_fuse_into_the_call(rng, monkeypatch) -> None:
     """relu(conv(x) + bias + x), a ResNet block's second convolution: the consumer is
     applied as the tiles are stored (`lm_winograd_ep`), no kernel of its own."""
-    monkeypatch.setattr(CONV_MODULE, "pick", lambda sizes: F4)
+    monkeypatch.setattr(CONV_MODULE, "pick", lambda sizes, batch=None: F4)
     shape = (2, 16, 12, 12)  # whole tiles: the consumer reads the product as it lies
     cx, layer, reference, x = _layer(rng, shape, 16, 1)
     xt = cx.tensor(shape).set(x)
@@ -226,7 +237,7 @@ def test_short_rows_with_bias_residual_and_relu_match_torch(rng, monkeypatch, ca
     four rows a vector, a block's partial rows included); relu(conv(x) + bias + x) stored
     row by row from the shared lanes, the residual read at each row's own offsets."""
     shape, transforms = case
-    monkeypatch.setattr(CONV_MODULE, "pick", lambda sizes: transforms)
+    monkeypatch.setattr(CONV_MODULE, "pick", lambda sizes, batch=None: transforms)
     cx, layer, reference, x = _layer(rng, shape, shape[1], 1)
     xt = cx.tensor(shape).set(x)
     y = (layer(xt) + xt).relu().retrieve()
@@ -242,7 +253,7 @@ def test_a_scalar_term_is_not_taken_for_a_channel_bias(rng, monkeypatch) -> None
     """relu(conv(x) + s) read as (images * channels, pixels): no axis of the consumer
     steps the channels alone, so the broadcast scalar s is not a per-channel bias (read
     as one, the kernel would read s[k] past its one element)."""
-    monkeypatch.setattr(CONV_MODULE, "pick", lambda sizes: F4)
+    monkeypatch.setattr(CONV_MODULE, "pick", lambda sizes, batch=None: F4)
     shape, outs = (2, 16, 12, 12), 16
     torch.manual_seed(0)
     reference = torch.nn.Conv2d(shape[1], outs, 3, padding=1, bias=False)
@@ -269,7 +280,7 @@ def test_the_matcher_refuses_operands_that_are_not_float32(rng, monkeypatch) -> 
     from luminal.backends.cpu import lowering
     from luminal.dtype import DType
 
-    monkeypatch.setattr(CONV_MODULE, "pick", lambda sizes: F4)
+    monkeypatch.setattr(CONV_MODULE, "pick", lambda sizes, batch=None: F4)
     refused = []
 
     def relabelled(graph: lm.Graph, max_weight_bytes: int) -> int:
@@ -327,7 +338,7 @@ def test_a_residual_that_is_not_float_aligned_is_read_at_its_own_address(rng, mo
     """The search's measuring process receives input arrays at any byte offset of one
     frame: the epilogue reads the residual through its own pointer, not as a float
     distance from the output (which rounded a misaligned array to the wrong bytes)."""
-    monkeypatch.setattr(CONV_MODULE, "pick", lambda sizes: F4)
+    monkeypatch.setattr(CONV_MODULE, "pick", lambda sizes, batch=None: F4)
     shape = (2, 16, 12, 12)
     cx, layer, reference, x = _layer(rng, shape, 16, 1)
     xt = cx.tensor(shape).set(x)
@@ -468,7 +479,7 @@ def test_optimal_mode_measures_a_fused_residual_block(rng, monkeypatch) -> None:
     rather than "measuring failed" and a fall-back to the static program."""
     import warnings
 
-    monkeypatch.setattr(CONV_MODULE, "pick", lambda sizes: F4)
+    monkeypatch.setattr(CONV_MODULE, "pick", lambda sizes, batch=None: F4)
     shape = (2, 16, 12, 12)
     cx, layer, reference, x = _layer(rng, shape, 16, 1)
     xt = cx.tensor(shape).set(x)
@@ -491,7 +502,7 @@ def test_the_reference_runtime_and_unfuse_keep_the_semantics(rng, monkeypatch, c
     from luminal.reference.executor import execute
 
     shape, outs, padding, transforms = case
-    monkeypatch.setattr(CONV_MODULE, "pick", lambda sizes: transforms)
+    monkeypatch.setattr(CONV_MODULE, "pick", lambda sizes, batch=None: transforms)
     cx, layer, reference, x = _layer(rng, shape, outs, padding)
     y = layer(cx.tensor(shape).set(x)).retrieve()
     cx.compile(lm.CPUCompiler())

@@ -54,7 +54,7 @@ def _winograd_nodes(graph: lm.Graph) -> int:
 @pytest.mark.parametrize("compiled", [False, True], ids=["reference", "cpu"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}->{c[1]},p{c[2]},b{c[3]}")
 def test_forward_matches_torch(rng, monkeypatch, case, compiled, transforms):
-    monkeypatch.setattr(CONV_MODULE, "pick", lambda sizes: transforms)
+    monkeypatch.setattr(CONV_MODULE, "pick", lambda sizes, batch=None: transforms)
     shape, out_channels, padding, bias = case
     channels = shape[-3]
     torch.manual_seed(0)
@@ -108,7 +108,12 @@ def test_auto_picks_winograd_only_where_worthwhile(rng):
     conv(cx.tensor((3, 128, 16, 16)), cx.tensor((128, 128, 3, 3)), padding=1)  # 16 tiles
     conv(cx.tensor((3, 128, 7, 7)), cx.tensor((128, 128, 3, 3)), padding=1)  # 4, or 16 of 2x2
     conv(cx.tensor(("n", 128, 7, 7)), cx.tensor((128, 128, 3, 3)), padding=1)  # batch unknown
-    assert _winograd_tiles(cx) == [F4.alpha, F2.alpha, F2.alpha]
+    # F(4x4) on 7x7 maps (both cover 8x8) once the batch holds 16 to 48 of its tiles
+    conv(cx.tensor((8, 128, 7, 7)), cx.tensor((128, 128, 3, 3)), padding=1)  # 32
+    conv(cx.tensor((4, 128, 7, 7)), cx.tensor((128, 128, 3, 3)), padding=1)  # 16
+    conv(cx.tensor((13, 128, 7, 7)), cx.tensor((128, 128, 3, 3)), padding=1)  # 52: F(2x2)
+    conv(cx.tensor((3, 128, 10, 10)), cx.tensor((128, 128, 3, 3)), padding=1)  # 12 vs 10
+    assert _winograd_tiles(cx) == [F4.alpha, F2.alpha, F2.alpha] + [F4.alpha] * 2 + [F2.alpha] * 2
     for x_shape, w_shape, kwargs in [
         ((8, 128, 5, 5), (128, 128, 3, 3), dict(padding=1)),  # 9 tiles of 2x2
         ((2, 128, 16, 16), (128, 128, 3, 3), dict(padding=1)),  # 32 tiles in the batch
