@@ -225,7 +225,8 @@ def _fusable(
     if not private(graph, readers, match.replaced):
         return False
     s = match.sizes
-    # U read once (one block of tiles, SMALL_MAP_F4_TILES's top) or staying in the cache
+    # U read once (one block of tiles, SMALL_MAP_F4_TILES's top: the AVX-512 register tile's
+    # width; with AVX2's, 16 tiles, three blocks read it three times) or staying in cache
     read_once = s.tiles <= SMALL_MAP_F4_TILES[1]
     return (read_once or s.positions * s.outs * s.channels * 4 <= max_weight_bytes) and (
         windows_layout(match.edges[0].view, s) is not None

@@ -119,7 +119,8 @@ MIN_BATCH_TILES = 48
 # tile, which the CPU compiler then fuses whatever the size of the transformed weights:
 # they are read once, compiler/winograd.py). ResNet-18's 7x7x512 at batch 8 (32 tiles),
 # fused, caches cold, 2 threads: 2.04 against F(2x2)'s 2.48 ms; batch 4 1.69 / 1.82,
-# batch 2 (8 tiles) 1.71 / 0.99; the whole ONNX ResNet-18 at batch 8 1.4-1.9 ms faster
+# batch 2 (8 tiles) 1.71 / 0.99; the whole ONNX ResNet-18 at batch 8 1.2-3.2 ms faster
+# (both rules compiled in one process, runs alternated, paired medians)
 SMALL_MAP_F4_TILES = (16, 48)
 
 
@@ -164,7 +165,7 @@ def pick(out_sizes: Sequence[int], batch: int | None = None) -> Transforms:
     if per_image >= MIN_TILES:
         return F4
     low, high = SMALL_MAP_F4_TILES
-    same_cover = all(-(-o // 4) * 4 == -(-o // 2) * 2 for o in out_sizes)
+    same_cover = all(-(-o // F4.tile) * F4.tile == -(-o // F2.tile) * F2.tile for o in out_sizes)
     if batch is not None and same_cover and low <= batch * per_image <= high:
         return F4
     return F2
