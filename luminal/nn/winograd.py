@@ -180,11 +180,11 @@ def worthwhile(
     to fill sgemm's blocks."""
     if min(in_channels, out_channels) < MIN_CHANNELS:
         return None
-    small = pick(out_sizes)  # the rule without the batch: F(2x2) on small maps
-    tiles = tiles_per_image(small, out_sizes)
+    # worthwhile at all by the rule without the batch (F(2x2) on small maps) ...
+    tiles = tiles_per_image(pick(out_sizes), out_sizes)
     if (batch is not None and batch * tiles < MIN_BATCH_TILES) or tiles < MIN_TILES:
         return None
-    return pick(out_sizes, batch)
+    return pick(out_sizes, batch)  # ... with F(4x4) there when the batch fills it
 
 
 def _weight_transform(graph: Graph, transforms: Transforms) -> GraphTensor:

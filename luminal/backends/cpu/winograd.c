@@ -48,7 +48,7 @@
    while another tenant shares the L3 (stages 2-4's U: 2.4, 9.4 and 16.8 MB); a 4 MiB
    limit (stages 3-4 only) 0.5 ms slower contended; alone, 28x28x128 3 % slower, 7x7x512
    by F(2x2) 5-8 % faster. Asking for A's next panel in gemm.c's products too (their
-   weights, 0.3-4.7 MB) was 0.3-1 ms slower on the model. */
+   weights, 0.3-4.7 MB) measured -1.6 to +1.35 ms on the model: not done there. */
 #define LM_WG_STREAM_U_BYTES (1LL << 20)
 
 /* one segment: `count` tiles side by side in one row of tiles, lane l at column
